@@ -1,0 +1,140 @@
+"""The estimator: trace -> mapping model -> layer models -> total time in milliseconds.
+
+    est = Estimator("ncs2-myriad")
+    ms = est(model, input_shape=(1, 3, 224, 224))
+    table = est.report(model, input_shape=(1, 3, 224, 224))
+
+A traced :class:`LayerGraph` can be passed instead of a module; estimating an already
+traced graph is the fast path for search loops (mapping is cached on the graph, layer
+models run once per kernel kind on arrays).
+"""
+from __future__ import annotations
+
+import collections
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from torch import nn
+
+from .graph import LayerGraph, trace
+from .kinds import FEATURES
+from .mapping import KernelTable, map_kernels
+from .profiles import Profile, load_profile
+
+DEFAULT_PROFILE = "ncs2-myriad"
+
+
+class UnknownKindWarning(UserWarning):
+    """Some layers have a kind no formula claims; they were estimated by the roofline."""
+
+
+@dataclass(frozen=True)
+class KernelTimes:
+    """Per-kernel predictions for one graph."""
+
+    table: KernelTable
+    time_ms: np.ndarray
+    compute_bound: np.ndarray
+    bytes_moved: np.ndarray
+    model_entry: list[str]   # which profile entry answered each kernel
+
+
+class Estimator:
+    """Estimate network execution time on the target a profile describes.
+
+    ``profile``: a built-in profile name (see ``annette-torch profiles``), a path to a
+    profile JSON file, or a :class:`Profile`. ``use_mapping=False`` skips the fusion
+    rules (every layer is its own kernel), for comparing against the stacked model.
+    """
+
+    def __init__(self, profile: str | Profile = DEFAULT_PROFILE, use_mapping: bool = True) -> None:
+        self.profile = load_profile(profile)
+        self.use_mapping = use_mapping
+        self._rules = self.profile.mapping if use_mapping else ()
+
+    def __repr__(self) -> str:
+        return f"Estimator(profile={self.profile.name!r}, use_mapping={self.use_mapping})"
+
+    def graph_of(self, model: nn.Module | LayerGraph, input_shape=None, example_inputs=None) -> LayerGraph:
+        if isinstance(model, LayerGraph):
+            return model
+        return trace(model, input_shape=input_shape, example_inputs=example_inputs)
+
+    def kernel_times(self, graph: LayerGraph) -> KernelTimes:
+        """Map ``graph`` to kernels and predict each kernel's time."""
+        table = map_kernels(graph, self._rules)
+        time_ms = np.zeros(len(table))
+        bound = np.zeros(len(table), dtype=bool)
+        moved = np.zeros(len(table))
+        entries = [""] * len(table)
+        for kind, rows in table.groups.items():
+            entry, model = self.profile.model_for(kind)
+            feats = table.features[rows]
+            seconds, compute = model.predict(feats)
+            time_ms[rows] = seconds * 1e3
+            bound[rows] = compute
+            moved[rows] = model.bytes_moved(feats)
+            for r in rows:
+                entries[r] = entry
+        if table.free.any():
+            time_ms[table.free] = 0.0
+            moved[table.free] = 0.0
+        self._warn_unknown(graph, table)
+        return KernelTimes(table, time_ms, bound, moved, entries)
+
+    def __call__(self, model: nn.Module | LayerGraph, input_shape=None, example_inputs=None) -> float:
+        """Estimated time of one inference in milliseconds (kernels + per-inference overhead)."""
+        graph = self.graph_of(model, input_shape, example_inputs)
+        return float(self.kernel_times(graph).time_ms.sum()) + self.profile.overhead_ms
+
+    estimate = __call__
+
+    def report(self, model: nn.Module | LayerGraph, input_shape=None, example_inputs=None) -> pd.DataFrame:
+        """One row per kernel: name, kind, absorbed layers, ops, bytes, time, model, bound.
+
+        ``report.attrs`` holds ``total_ms`` (including ``overhead_ms``) and the profile name.
+        """
+        graph = self.graph_of(model, input_shape, example_inputs)
+        times = self.kernel_times(graph)
+        table = times.table
+        model_type = []
+        for entry, free in zip(times.model_entry, table.free):
+            model_type.append("free" if free else self.profile.layer_models[entry].type_name)
+        bound = np.where(table.free, "free", np.where(times.compute_bound, "compute", "memory"))
+        layers = {layer.name: layer for layer in graph.layers}
+        frame = pd.DataFrame({
+            "kernel": table.names,
+            "kind": table.kinds,
+            "layers": ["+".join(names) for names in table.layers],
+            "fusion": table.fusion,
+            "module_path": [layers[name].module_path for name in table.names],
+            "output_shape": [layers[names[-1]].output_shapes[0] if layers[names[-1]].output_shapes else ()
+                             for names in table.layers],
+            "ops": table.features[:, FEATURES.index("ops")],
+            "bytes": times.bytes_moved,
+            "time_ms": times.time_ms,
+            "layer_model": model_type,
+            "profile_entry": times.model_entry,
+            "bound": bound,
+        })
+        frame.attrs.update(total_ms=float(times.time_ms.sum()) + self.profile.overhead_ms,
+                           overhead_ms=self.profile.overhead_ms, profile=self.profile.name,
+                           model=graph.model_name)
+        return frame
+
+    @staticmethod
+    def _warn_unknown(graph: LayerGraph, table: KernelTable) -> None:
+        if "unknown" not in table.groups:
+            return
+        ops = collections.Counter(layer.attrs.get("op", "?") for layer in graph.unknown_layers())
+        listed = ", ".join(f"{op} x{n}" for op, n in ops.most_common())
+        warnings.warn(f"{graph.model_name}: {sum(ops.values())} layer(s) of unknown kind ({listed}) "
+                      f"were estimated with the roofline fallback", UnknownKindWarning, stacklevel=3)
+
+
+def estimate(model: Any, profile: str | Profile = DEFAULT_PROFILE, **trace_kwargs: Any) -> float:
+    """Shortcut: ``Estimator(profile)(model, **trace_kwargs)``."""
+    return Estimator(profile)(model, **trace_kwargs)

@@ -1,0 +1,117 @@
+"""Fallback capture for modules FX cannot trace: record one real forward pass.
+
+Data-dependent control flow and non-traceable calls are fine here, because the model
+really runs: leaf modules are recorded through forward hooks and every torch function
+or tensor method called outside them through a ``TorchFunctionMode``. Data flow is
+followed by tensor identity. The graph is the path the given input took.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+from torch.overrides import TorchFunctionMode
+
+from ..kinds import canonical_op
+from .errors import LayerExecutionError
+from .fx_capture import meta_copy
+from .layer_graph import Layer
+from .recognize import BOOKKEEPING_OPS, CallRecord, build_layer, is_leaf_module, tensor_leaves
+
+
+class _Recorder(TorchFunctionMode):
+    def __init__(self, weights: set[int], leaf_types: tuple[type, ...]) -> None:
+        super().__init__()
+        self.weights = weights
+        self.leaf_types = leaf_types
+        self.sources: dict[int, tuple[str, ...]] = {}
+        self.alive: list[Any] = []  # keeps recorded tensors alive so ids stay unique
+        self.layers: list[Layer] = []
+        self.depth = 0  # > 0 while inside a leaf module
+        self.names: dict[str, int] = {}
+        self.module_names: dict[int, str] = {}
+        self.stack: list[str] = []
+
+    def source_of(self, tensor: torch.Tensor) -> tuple[str, ...] | None:
+        if id(tensor) in self.sources:
+            return self.sources[id(tensor)]
+        if id(tensor) in self.weights or isinstance(tensor, nn.Parameter):
+            return None
+        return ()
+
+    def unique(self, base: str) -> str:
+        base = base.replace(".", "_") or "layer"
+        count = self.names.get(base, 0)
+        self.names[base] = count + 1
+        return base if count == 0 else f"{base}_{count}"
+
+    def record(self, target: Any, args: tuple, kwargs: dict, output: Any, path: str) -> None:
+        inputs = [(t, self.source_of(t)) for t in tensor_leaves((args, kwargs))]
+        label = path if isinstance(target, nn.Module) else f"{path + '.' if path else ''}{canonical_op(target)}"
+        record = CallRecord(self.unique(label), path, target, args, kwargs, output, inputs)
+        layer = build_layer(record)
+        self.layers.append(layer)
+        for t in tensor_leaves(output):
+            self.sources[id(t)] = (layer.name,)
+            self.alive.append(t)
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        result = func(*args, **kwargs)
+        if self.depth == 0 and canonical_op(func) not in BOOKKEEPING_OPS and tensor_leaves(result):
+            if canonical_op(func) == "getitem" and not isinstance(args[0], torch.Tensor):
+                return result
+            self.record(func, args, kwargs, result, self.stack[-1] if self.stack else "")
+        return result
+
+
+def eager_capture(model: nn.Module, inputs: list[torch.Tensor], device: str,
+                  leaf_modules: tuple[type, ...] = ()) -> list[Layer]:
+    """Run ``model`` once on ``inputs`` and record its layers (see module docstring).
+
+    With ``device="meta"`` the run uses a meta copy of the model; otherwise the model
+    itself runs under ``torch.no_grad()``.
+    """
+    runner = meta_copy(model) if device == "meta" else model
+    names = {id(m): name for name, m in runner.named_modules()}
+    weights = {id(t) for t in list(runner.parameters()) + list(runner.buffers())}
+    recorder = _Recorder(weights, leaf_modules)
+
+    def is_leaf(module: nn.Module) -> bool:
+        return isinstance(module, leaf_modules) or is_leaf_module(module)
+
+    def pre_hook(module, args):
+        if id(module) not in names:
+            return
+        if recorder.depth == 0:
+            recorder.stack.append(names[id(module)])
+        if is_leaf(module):
+            recorder.depth += 1
+
+    def post_hook(module, args, output):
+        if id(module) not in names:
+            return
+        if is_leaf(module):
+            recorder.depth -= 1
+            if recorder.depth == 0:
+                recorder.record(module, args, {}, output, names[id(module)])
+        if recorder.depth == 0 and recorder.stack:
+            recorder.stack.pop()
+
+    handles = [nn.modules.module.register_module_forward_pre_hook(pre_hook),
+               nn.modules.module.register_module_forward_hook(post_hook)]
+    try:
+        with torch.no_grad(), recorder:
+            runner(*inputs)
+    except Exception as error:  # noqa: BLE001 - re-raised naming the last good layer
+        last = recorder.layers[-1].name if recorder.layers else "the model's input"
+        where = recorder.stack[-1] if recorder.stack else type(model).__name__
+        raise LayerExecutionError(
+            f"running module '{where}' failed after layer '{last}': "
+            f"{str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__}",
+            layer=where, original=error) from error
+    finally:
+        for handle in handles:
+            handle.remove()
+    return recorder.layers

@@ -1,0 +1,177 @@
+"""Primary capture: ``torch.fx`` symbolic tracing plus shape propagation.
+
+Shapes are propagated on the ``meta`` device (no data, no arithmetic): leaf modules are
+shallow-copied with meta parameters, attributes fetched from the model become meta
+tensors of the same shape. The user's model is never modified. When an op has no meta
+implementation the caller retries with real tensors (``device="cpu"``).
+"""
+from __future__ import annotations
+
+import operator
+from typing import Any, Callable
+
+import torch
+from torch import fx, nn
+from torch.utils.flop_counter import FlopCounterMode
+
+from ..kinds import canonical_op
+from .errors import LayerExecutionError
+from .layer_graph import Layer
+from .recognize import BOOKKEEPING_OPS, CallRecord, build_layer, classify, is_leaf_module, tensor_leaves
+
+
+class _LayerTracer(fx.Tracer):
+    def __init__(self, extra_leaves: tuple[type, ...] = ()) -> None:
+        super().__init__()
+        self.extra_leaves = extra_leaves
+
+    def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
+        return isinstance(m, self.extra_leaves) or is_leaf_module(m)
+
+
+def symbolic_trace(model: nn.Module, leaf_modules: tuple[type, ...] = ()) -> fx.Graph:
+    """The FX graph of ``model``; raises whatever FX raises when it cannot trace."""
+    return _LayerTracer(leaf_modules).trace(model)
+
+
+def meta_copy(module: nn.Module) -> nn.Module:
+    """A shallow copy of ``module`` whose parameters and buffers live on ``meta``."""
+    clone = object.__new__(type(module))
+    clone.__dict__ = module.__dict__.copy()
+    clone._parameters = {k: None if v is None else nn.Parameter(v.to("meta"), v.requires_grad)
+                         for k, v in module._parameters.items()}
+    clone._buffers = {k: None if v is None else v.to("meta") for k, v in module._buffers.items()}
+    clone._modules = {k: None if v is None else meta_copy(v) for k, v in module._modules.items()}
+    return clone
+
+
+def _fetch_attr(root: nn.Module, target: str) -> Any:
+    value: Any = root
+    for atom in target.split("."):
+        value = getattr(value, atom)
+    return value
+
+
+def _module_path(node: fx.Node) -> str:
+    if node.op == "call_module":
+        return str(node.target)
+    stack = node.meta.get("nn_module_stack")
+    return next(reversed(stack)) if stack else ""
+
+
+def _is_passthrough(node: fx.Node, args: tuple) -> bool:
+    """``getitem`` on a tuple/list (picking one output of a split) is not a layer."""
+    return node.target is operator.getitem and not isinstance(args[0], torch.Tensor)
+
+
+def run_graph(graph: fx.Graph, root: nn.Module, inputs: list[torch.Tensor], device: str) -> list[Layer]:
+    """Execute ``graph`` node by node on ``device`` ("meta" or a real device), recording
+    one :class:`Layer` per tensor-producing call.
+
+    Raises :class:`LayerExecutionError` naming the first node that fails.
+    """
+    meta = device == "meta"
+    env: dict[fx.Node, Any] = {}
+    sources: dict[fx.Node, tuple[str, ...] | None] = {}
+    modules: dict[str, nn.Module] = {}
+    layers: list[Layer] = []
+    placeholders = iter(inputs)
+
+    def load(n: Any) -> Any:
+        return env[n] if isinstance(n, fx.Node) else n
+
+    for node in graph.nodes:
+        if node.op == "placeholder":
+            try:
+                env[node] = next(placeholders)
+            except StopIteration:
+                if node.args:  # an argument with a default value
+                    env[node] = node.args[0]
+                    sources[node] = ()
+                    continue
+                raise LayerExecutionError(
+                    f"the model's forward takes an input '{node.name}' that was not given; "
+                    f"pass one shape per input (input_shape=[...]) or example_inputs=(...)") from None
+            sources[node] = ()
+            continue
+        if node.op == "output":
+            break
+        if node.op == "get_attr":
+            value = _fetch_attr(root, node.target)
+            if isinstance(value, torch.Tensor) and meta:
+                value = value.to("meta")
+            env[node] = value
+            sources[node] = None
+            continue
+
+        args = fx.node.map_arg(node.args, load)
+        kwargs = fx.node.map_arg(node.kwargs, load)
+        if node.op == "call_module":
+            if node.target not in modules:
+                module = root.get_submodule(node.target)
+                modules[node.target] = meta_copy(module) if meta else module
+            target: Any = modules[node.target]
+            fn: Callable = target
+        elif node.op == "call_function":
+            target = fn = node.target
+        else:  # call_method
+            target = node.target
+            fn = getattr(args[0], node.target)
+        kind, attrs = classified = classify(target, args, kwargs)
+        try:
+            result = None
+            if meta:
+                tensors = tensor_leaves((args, kwargs))
+                if tensors and all(t.device.type == "meta" for t in tensors):
+                    result = kind.meta_output(attrs, tensors)
+            if result is None:
+                with torch.no_grad():
+                    result = fn(*args[1:], **kwargs) if node.op == "call_method" else fn(*args, **kwargs)
+        except Exception as error:  # noqa: BLE001 - re-raised with the layer named
+            raise LayerExecutionError.at(node.name, _module_path(node), target, args, kwargs, error) from error
+        env[node] = result
+
+        input_nodes = [leaf for leaf in _node_leaves((node.args, node.kwargs))]
+        parents = _merge_sources(sources.get(n) for n in input_nodes)
+        is_layer = (not _is_passthrough(node, args)
+                    and (isinstance(target, nn.Module) or canonical_op(target) not in BOOKKEEPING_OPS)
+                    and bool(tensor_leaves(result)))
+        if not is_layer:
+            sources[node] = parents
+            continue
+        inputs_with_source = [(t, sources[n]) for n in input_nodes for t in tensor_leaves(env[n])]
+        record = CallRecord(node.name, _module_path(node), target, args, kwargs, result, inputs_with_source)
+        flops = _flops_of_unknown(record, fn, node.op) if kind.name == "unknown" else None
+        layers.append(build_layer(record, classified, flops))
+        sources[node] = (node.name,)
+    return layers
+
+
+def _node_leaves(value: Any) -> list[fx.Node]:
+    found: list[fx.Node] = []
+    fx.node.map_arg(value, lambda n: found.append(n) or n)
+    return found
+
+
+def _merge_sources(items) -> tuple[str, ...] | None:
+    merged: list[str] = []
+    any_activation = False
+    for src in items:
+        if src is None:
+            continue
+        any_activation = True
+        merged.extend(name for name in src if name not in merged)
+    return tuple(merged) if any_activation else None
+
+
+def _flops_of_unknown(record: CallRecord, fn: Callable, op: str) -> float | None:
+    """Ask torch's flop counter what an unclaimed call costs (None if it cannot run)."""
+    try:
+        with FlopCounterMode(display=False) as counter, torch.no_grad():
+            if op == "call_method":
+                fn(*record.args[1:], **record.kwargs)
+            else:
+                fn(*record.args, **record.kwargs)
+        return float(counter.get_total_flops())
+    except Exception:  # noqa: BLE001 - the count falls back to output elements
+        return None

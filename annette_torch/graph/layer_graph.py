@@ -1,0 +1,115 @@
+"""LayerGraph: the traced network, one node per layer, in execution order."""
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+import numpy as np
+import pandas as pd
+
+from ..kinds import FEATURES, KINDS, LayerCounts
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One layer of a traced network.
+
+    ``name`` is unique in its graph; ``parents`` are names of the layers whose outputs it
+    reads (graph inputs and parameters are not layers); ``module_path`` is the dotted path
+    of the ``nn.Module`` it came from (``""`` for code in the top-level forward);
+    ``op`` says which torch call produced it (a module class or a function name).
+    """
+
+    name: str
+    kind: str
+    op: str
+    module_path: str
+    input_shapes: tuple[tuple[int, ...], ...]
+    output_shapes: tuple[tuple[int, ...], ...]
+    attrs: dict[str, Any]
+    parents: tuple[str, ...]
+    counts: LayerCounts
+
+    @property
+    def free(self) -> bool:
+        return KINDS[self.kind].free if self.kind in KINDS else False
+
+
+@dataclass
+class LayerGraph:
+    """Layers in a valid execution (topological) order, plus how they were captured.
+
+    The graph is treated as immutable after tracing: derived data (the feature matrix,
+    children, kernel tables per mapping) is computed once and cached.
+    """
+
+    layers: list[Layer]
+    input_shapes: tuple[tuple[int, ...], ...] = ()
+    method: str = "fx"
+    model_name: str = ""
+    _cache: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self.index = {layer.name: i for i, layer in enumerate(self.layers)}
+        if len(self.index) != len(self.layers):
+            raise ValueError("layer names in a LayerGraph must be unique")
+
+    def __len__(self) -> int:
+        return len(self.layers)
+
+    def __iter__(self) -> Iterator[Layer]:
+        return iter(self.layers)
+
+    def __getitem__(self, name: str) -> Layer:
+        return self.layers[self.index[name]]
+
+    @property
+    def features(self) -> np.ndarray:
+        """(layers x FEATURES) float64 matrix of counts and dimensions, cached."""
+        if "features" not in self._cache:
+            rows = [layer.counts.row() for layer in self.layers]
+            self._cache["features"] = np.array(rows, dtype=np.float64).reshape(len(rows), len(FEATURES))
+        return self._cache["features"]
+
+    @property
+    def children(self) -> dict[str, list[str]]:
+        """Consumers of each layer's output, cached."""
+        if "children" not in self._cache:
+            children: dict[str, list[str]] = {layer.name: [] for layer in self.layers}
+            for layer in self.layers:
+                for parent in layer.parents:
+                    children[parent].append(layer.name)
+            self._cache["children"] = children
+        return self._cache["children"]
+
+    def kind_counts(self) -> collections.Counter:
+        return collections.Counter(layer.kind for layer in self.layers)
+
+    def unknown_layers(self) -> list[Layer]:
+        return [layer for layer in self.layers if layer.kind == "unknown"]
+
+    def total(self, feature: str, kinds: tuple[str, ...] | None = None) -> float:
+        """Sum of one feature (e.g. ``ops``) over all layers or over some kinds."""
+        column = self.features[:, FEATURES.index(feature)]
+        if kinds is None:
+            return float(column.sum())
+        mask = np.array([layer.kind in kinds for layer in self.layers], dtype=bool)
+        return float(column[mask].sum()) if len(mask) else 0.0
+
+    def to_frame(self) -> pd.DataFrame:
+        """One row per layer: name, kind, op, module, shapes, parents and the features."""
+        frame = pd.DataFrame(self.features, columns=list(FEATURES))
+        frame.insert(0, "name", [layer.name for layer in self.layers])
+        frame.insert(1, "kind", [layer.kind for layer in self.layers])
+        frame.insert(2, "op", [layer.op for layer in self.layers])
+        frame.insert(3, "module_path", [layer.module_path for layer in self.layers])
+        frame["input_shapes"] = [layer.input_shapes for layer in self.layers]
+        frame["output_shapes"] = [layer.output_shapes for layer in self.layers]
+        frame["parents"] = [layer.parents for layer in self.layers]
+        return frame
+
+    def __repr__(self) -> str:
+        kinds = ", ".join(f"{k}={v}" for k, v in self.kind_counts().most_common(6))
+        return (f"LayerGraph({self.model_name or 'model'}: {len(self.layers)} layers via {self.method}; "
+                f"{kinds}{', ...' if len(self.kind_counts()) > 6 else ''})")

@@ -1,0 +1,120 @@
+"""``trace(model, input_shape=... | example_inputs=...) -> LayerGraph``.
+
+Order of attempts, first success wins:
+
+1. FX symbolic trace, shapes propagated on the meta device (fast, no arithmetic);
+2. the same FX graph run on real tensors (for ops without meta kernels);
+3. eager capture of one real forward pass (data-dependent control flow, calls FX cannot
+   trace), on meta and then on real tensors.
+
+When the FX graph runs but a layer rejects its input, that is the user's input shape, not
+a tracing problem: the error names the first failing layer and its shapes. When nothing
+works, :class:`TraceError` names the module, the failing call and what to do.
+"""
+from __future__ import annotations
+
+import warnings
+from typing import Sequence
+
+import torch
+from torch import nn
+
+from .eager_capture import eager_capture
+from .errors import LayerExecutionError, TraceError
+from .fx_capture import run_graph, symbolic_trace
+from .layer_graph import LayerGraph
+
+ShapeLike = Sequence[int]
+
+
+def _as_inputs(input_shape, example_inputs, device: str) -> list[torch.Tensor]:
+    if example_inputs is not None:
+        if isinstance(example_inputs, torch.Tensor):
+            example_inputs = (example_inputs,)
+        tensors = list(example_inputs)
+        return [t.to("meta") if device == "meta" and isinstance(t, torch.Tensor) else t for t in tensors]
+    if input_shape is None:
+        raise ValueError("trace() needs input_shape=(N, C, H, W) (or a list of shapes) or example_inputs=(...)")
+    shapes = [input_shape] if isinstance(input_shape[0], int) else list(input_shape)
+    for shape in shapes:
+        if not all(isinstance(d, int) and d > 0 for d in shape):
+            raise ValueError(f"input_shape must hold positive integers, got {tuple(shape)}")
+    return [torch.zeros(tuple(shape), device=device) for shape in shapes]
+
+
+def _is_meta_limitation(error: BaseException) -> bool:
+    text = f"{type(error).__name__}: {error}"
+    return isinstance(error, NotImplementedError) or "meta" in text.lower() or "data-dependent" in text
+
+
+def trace(model: nn.Module, input_shape: ShapeLike | Sequence[ShapeLike] | None = None,
+          example_inputs: torch.Tensor | Sequence[torch.Tensor] | None = None,
+          leaf_modules: Sequence[type] = (), name: str = "") -> LayerGraph:
+    """Capture ``model`` as a :class:`LayerGraph` (see the module docstring).
+
+    ``input_shape`` is one shape or a list of shapes (float32 zeros are used);
+    ``example_inputs`` are real tensors (use them for integer inputs, e.g. token ids).
+    ``leaf_modules`` are module classes to record whole instead of tracing into them.
+    The model is put in neither train nor eval mode: call ``model.eval()`` first for
+    inference estimates (dropout and batch-norm behave as in the mode it is in).
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"trace() takes an nn.Module, got {type(model).__name__}")
+    leaves = tuple(leaf_modules)
+    label = name or type(model).__name__
+    meta_inputs = _as_inputs(input_shape, example_inputs, "meta")
+    real_device = next((p.device for p in model.parameters()), torch.device("cpu"))
+    if real_device.type == "meta":
+        real_device = torch.device("cpu")
+
+    def graph(layers, method: str) -> LayerGraph:
+        return LayerGraph(layers, tuple(tuple(t.shape) for t in meta_inputs), method, label)
+
+    try:
+        fx_graph = symbolic_trace(model, leaves)
+    except Exception as fx_error:  # noqa: BLE001 - FX failures lead to the eager fallback
+        fx_graph = None
+        fx_failure = fx_error
+    if fx_graph is not None:
+        try:
+            return graph(run_graph(fx_graph, model, meta_inputs, "meta"), "fx")
+        except LayerExecutionError as error:
+            if not _is_meta_limitation(error.original or error):
+                raise
+        if _model_on_meta(model):
+            raise TraceError(f"{label}: an op has no meta implementation and the model's weights are "
+                             f"on the meta device; build the model on the CPU to trace it")
+        real_inputs = _as_inputs(input_shape, example_inputs, str(real_device))
+        return graph(run_graph(fx_graph, model, real_inputs, str(real_device)), "fx-real")
+
+    failures = [f"torch.fx: {_first_line(fx_failure)}"]
+    for device in ("meta", str(real_device)):
+        if device != "meta" and _model_on_meta(model):
+            break
+        try:
+            inputs = meta_inputs if device == "meta" else _as_inputs(input_shape, example_inputs, device)
+            layers = eager_capture(model, inputs, device, leaves)
+        except LayerExecutionError as error:
+            failures.append(f"eager run on {device}: {error}")
+            if device != "meta" and not _is_meta_limitation(error.original or error):
+                break
+            continue
+        warnings.warn(f"{label}: torch.fx could not trace it ({_first_line(fx_failure)}); captured one "
+                      f"eager forward pass instead. The graph follows the path this input took.",
+                      stacklevel=2)
+        return graph(layers, f"eager-{'meta' if device == 'meta' else 'real'}")
+    raise TraceError(
+        f"could not capture {label}:\n  - " + "\n  - ".join(failures) +
+        "\nWhat you can do: pass the module class that contains the failing call in "
+        "leaf_modules=(MyBlock,) so it is recorded whole (it is then estimated with the roofline "
+        "fallback), give example_inputs= of the right dtype and shape, or make the call traceable "
+        "(torch.fx.wrap for free functions).")
+
+
+def _model_on_meta(model: nn.Module) -> bool:
+    return any(p.device.type == "meta" for p in model.parameters())
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return f"{type(error).__name__}: {text.splitlines()[0]}" if text else type(error).__name__

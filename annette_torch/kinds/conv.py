@@ -1,0 +1,109 @@
+"""Convolutions: Conv1d/2d/3d (grouped, depthwise, dilated, strided) and ConvTranspose.
+
+ops = 2 * N * prod(output spatial) * out_channels * (in_channels / groups) * prod(kernel)
+for a convolution, and the same with input spatial for a transposed convolution (each
+input pixel scatters a kernel-sized patch), matching ``torch.utils.flop_counter``.
+Bias additions are not counted, as in the flop counter.
+"""
+from __future__ import annotations
+
+import math
+
+from torch import nn
+
+from .registry import LayerKind, alias_kind, default_dims, register_kind, tuple_of
+
+
+def _conv_attrs(module) -> dict:
+    nd = len(module.kernel_size)
+    return {
+        "in_channels": module.in_channels, "out_channels": module.out_channels,
+        "kernel_size": tuple(module.kernel_size), "stride": tuple(module.stride),
+        "padding": module.padding if isinstance(module.padding, str) else tuple(module.padding),
+        "dilation": tuple(module.dilation), "groups": module.groups, "spatial_dims": nd,
+        "bias": module.bias is not None,
+    }
+
+
+def _call_attrs(args, kwargs, transposed: bool) -> dict:
+    names = ("input", "weight", "bias", "stride", "padding") + (
+        ("output_padding", "groups", "dilation") if transposed else ("dilation", "groups"))
+    bound = dict(zip(names, args)) | kwargs
+    weight = bound["weight"]
+    nd = weight.dim() - 2
+    groups = int(bound.get("groups", 1))
+    w0, w1 = weight.shape[0], weight.shape[1]
+    in_ch, out_ch = (w0, w1 * groups) if transposed else (w1 * groups, w0)
+    padding = bound.get("padding", 0)
+    return {
+        "in_channels": in_ch, "out_channels": out_ch, "kernel_size": tuple(weight.shape[2:]),
+        "stride": tuple_of(bound.get("stride", 1), nd),
+        "padding": padding if isinstance(padding, str) else tuple_of(padding, nd),
+        "dilation": tuple_of(bound.get("dilation", 1), nd), "groups": groups,
+        "spatial_dims": nd, "bias": bound.get("bias") is not None,
+    }
+
+
+def _conv_dims(attrs, spatial) -> dict:
+    ks = attrs["kernel_size"]
+    kh = int(math.prod(ks[:-1])) if len(ks) > 1 else 1
+    return {
+        "h": int(math.prod(spatial[:-1])) if len(spatial) > 1 else 1, "w": spatial[-1],
+        "c": attrs["in_channels"], "f": attrs["out_channels"],
+        "kh": kh, "kw": ks[-1], "stride": attrs["stride"][-1], "groups": attrs["groups"],
+    }
+
+
+@register_kind
+class Conv(LayerKind):
+    name = "conv"
+    modules = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
+    ops = ("conv1d", "conv2d", "conv3d")
+    onnx_ops = ("Conv",)
+
+    def attrs_from_module(self, module):
+        return _conv_attrs(module)
+
+    def attrs_from_call(self, args, kwargs):
+        return _call_attrs(args, kwargs, transposed=False)
+
+    def resolve(self, attrs):
+        g = attrs["groups"]
+        return "depthwise_conv" if g > 1 and g == attrs["in_channels"] else "conv"
+
+    def count_ops(self, attrs, in_shapes, out_shapes):
+        out = out_shapes[0]
+        macs = (out[0] * math.prod(out[2:]) * attrs["out_channels"]
+                * (attrs["in_channels"] // attrs["groups"]) * math.prod(attrs["kernel_size"]))
+        return 2.0 * macs
+
+    def dims(self, attrs, in_shapes, out_shapes):
+        out = out_shapes[0]
+        return {"n": out[0]} | _conv_dims(attrs, out[2:])
+
+
+alias_kind("depthwise_conv", Conv)
+
+
+@register_kind
+class ConvTranspose(LayerKind):
+    name = "conv_transpose"
+    modules = (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)
+    ops = ("conv_transpose1d", "conv_transpose2d", "conv_transpose3d")
+    onnx_ops = ("ConvTranspose",)
+
+    def attrs_from_module(self, module):
+        return _conv_attrs(module) | {"output_padding": tuple(module.output_padding)}
+
+    def attrs_from_call(self, args, kwargs):
+        return _call_attrs(args, kwargs, transposed=True)
+
+    def count_ops(self, attrs, in_shapes, out_shapes):
+        x = in_shapes[0]
+        macs = (x[0] * math.prod(x[2:]) * attrs["in_channels"]
+                * (attrs["out_channels"] // attrs["groups"]) * math.prod(attrs["kernel_size"]))
+        return 2.0 * macs
+
+    def dims(self, attrs, in_shapes, out_shapes):
+        out = out_shapes[0]
+        return default_dims(out) | _conv_dims(attrs, out[2:])

@@ -1,0 +1,71 @@
+"""Normalisation layers: ops = per-element work at inference.
+
+BatchNorm in inference is a per-channel scale and shift (2 ops per element); LayerNorm
+and GroupNorm compute statistics too (mean, variance, normalise, scale, shift: 5 ops
+per element). None of these are counted by ``torch.utils.flop_counter``.
+"""
+from __future__ import annotations
+
+from torch import nn
+
+from .registry import SameShapeKind, numel, register_kind
+
+
+@register_kind
+class BatchNorm(SameShapeKind):
+    name = "batch_norm"
+    modules = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm)
+    ops = ("batch_norm",)
+    onnx_ops = ("BatchNormalization",)
+
+    def attrs_from_module(self, module):
+        return {"num_features": module.num_features, "eps": module.eps}
+
+    def meta_output(self, attrs, tensors):
+        x = tensors[0] if len(tensors) == 1 else None
+        if x is not None and "num_features" in attrs and (x.dim() < 2 or x.shape[1] != attrs["num_features"]):
+            raise ValueError(f"expected {attrs['num_features']} channels in dim 1, got input {tuple(x.shape)}")
+        return super().meta_output(attrs, tensors)
+
+    def count_ops(self, attrs, in_shapes, out_shapes):
+        return 2.0 * numel(out_shapes[0])
+
+
+@register_kind
+class LayerNorm(SameShapeKind):
+    name = "layer_norm"
+    modules = (nn.LayerNorm, nn.RMSNorm)
+    ops = ("layer_norm", "rms_norm")
+    onnx_ops = ("LayerNormalization",)
+
+    def attrs_from_module(self, module):
+        return {"normalized_shape": tuple(module.normalized_shape)}
+
+    def attrs_from_call(self, args, kwargs):
+        shape = args[1] if len(args) > 1 else kwargs.get("normalized_shape")
+        return {"normalized_shape": tuple(shape) if shape is not None else ()}
+
+    def meta_output(self, attrs, tensors):
+        norm = tuple(attrs.get("normalized_shape", ()))
+        x = tensors[0] if tensors else None
+        if x is not None and norm and tuple(x.shape[-len(norm):]) != norm:
+            raise ValueError(f"normalized_shape {norm} does not match the last dims of input {tuple(x.shape)}")
+        return super().meta_output(attrs, tensors)
+
+    def count_ops(self, attrs, in_shapes, out_shapes):
+        return 5.0 * numel(out_shapes[0])
+
+
+@register_kind
+class GroupNorm(SameShapeKind):
+    name = "group_norm"
+    modules = (nn.GroupNorm, nn.InstanceNorm1d, nn.InstanceNorm2d, nn.InstanceNorm3d,
+               nn.LocalResponseNorm)
+    ops = ("group_norm", "instance_norm", "local_response_norm", "normalize")
+    onnx_ops = ("GroupNormalization", "InstanceNormalization", "LpNormalization", "LRN")
+
+    def attrs_from_module(self, module):
+        return {"num_groups": getattr(module, "num_groups", None)}
+
+    def count_ops(self, attrs, in_shapes, out_shapes):
+        return 5.0 * numel(out_shapes[0])

@@ -1,0 +1,151 @@
+"""Pooling and reductions.
+
+* max/avg pooling: ops = output elements * window size (one compare or add per input
+  tap); ``kh``, ``kw`` and ``stride`` hold the window.
+* adaptive pooling: the window is derived from input/output sizes; when the output is
+  1x1 it is recorded as global pooling (``global_avg_pool`` / ``global_max_pool``).
+* reductions (mean, sum, amax over dims): one op per input element.
+"""
+from __future__ import annotations
+
+import math
+
+from torch import nn
+
+from .registry import LayerKind, numel, register_kind, tuple_of
+
+
+def _pool_dims(kernel, stride, out_shape):
+    spatial = out_shape[2:] if len(out_shape) > 2 else out_shape[-1:]
+    return {"n": out_shape[0], "c": out_shape[1] if len(out_shape) > 2 else 1,
+            "f": out_shape[1] if len(out_shape) > 2 else 1,
+            "h": math.prod(spatial[:-1]) if len(spatial) > 1 else 1, "w": spatial[-1],
+            "kh": math.prod(kernel[:-1]) if len(kernel) > 1 else 1, "kw": kernel[-1],
+            "stride": stride[-1]}
+
+
+class _Pool(LayerKind):
+    pool_type = ""
+
+    def attrs_from_module(self, module):
+        nd = int(type(module).__name__[-2])
+        stride = module.stride if module.stride is not None else module.kernel_size
+        return {"pool_type": self.pool_type, "kernel_size": tuple_of(module.kernel_size, nd),
+                "stride": tuple_of(stride, nd), "padding": tuple_of(module.padding, nd)}
+
+    def attrs_from_call(self, args, kwargs):
+        names = ("input", "kernel_size", "stride", "padding")
+        bound = dict(zip(names, args)) | kwargs
+        nd = bound["input"].dim() - 2
+        stride = bound.get("stride") or bound["kernel_size"]
+        return {"pool_type": self.pool_type, "kernel_size": tuple_of(bound["kernel_size"], nd),
+                "stride": tuple_of(stride, nd), "padding": tuple_of(bound.get("padding", 0), nd)}
+
+    def count_ops(self, attrs, in_shapes, out_shapes):
+        return float(numel(out_shapes[0]) * math.prod(attrs["kernel_size"]))
+
+    def dims(self, attrs, in_shapes, out_shapes):
+        return _pool_dims(attrs["kernel_size"], attrs["stride"], out_shapes[0])
+
+
+@register_kind
+class MaxPool(_Pool):
+    name = "max_pool"
+    pool_type = "max"
+    modules = (nn.MaxPool1d, nn.MaxPool2d, nn.MaxPool3d)
+    ops = ("max_pool1d", "max_pool2d", "max_pool3d", "max_pool1d_with_indices",
+           "max_pool2d_with_indices", "max_pool3d_with_indices")
+    onnx_ops = ("MaxPool",)
+
+
+@register_kind
+class AvgPool(_Pool):
+    name = "avg_pool"
+    pool_type = "avg"
+    modules = (nn.AvgPool1d, nn.AvgPool2d, nn.AvgPool3d)
+    ops = ("avg_pool1d", "avg_pool2d", "avg_pool3d")
+    onnx_ops = ("AveragePool",)
+
+
+class _AdaptivePool(LayerKind):
+    pool_type = ""
+
+    def attrs_from_module(self, module):
+        return {"pool_type": self.pool_type, "output_size": module.output_size}
+
+    def attrs_from_call(self, args, kwargs):
+        return {"pool_type": self.pool_type,
+                "output_size": args[1] if len(args) > 1 else kwargs.get("output_size")}
+
+    def resolve(self, attrs):
+        size = attrs["output_size"]
+        sizes = size if isinstance(size, (tuple, list)) else (size,)
+        return f"global_{self.pool_type}_pool" if all(s == 1 for s in sizes) else self.name
+
+    @staticmethod
+    def _window(in_shape, out_shape):
+        return tuple(math.ceil(i / o) for i, o in zip(in_shape[2:], out_shape[2:])) or (1,)
+
+    def count_ops(self, attrs, in_shapes, out_shapes):
+        return float(numel(in_shapes[0]))
+
+    def dims(self, attrs, in_shapes, out_shapes):
+        window = self._window(in_shapes[0], out_shapes[0])
+        dims = _pool_dims(window, window, out_shapes[0])
+        if math.prod(out_shapes[0][2:]) == 1:  # global pooling: the work is over the input
+            dims |= {"h": math.prod(in_shapes[0][2:-1]) or 1, "w": in_shapes[0][-1]}
+        return dims
+
+
+@register_kind
+class AdaptiveAvgPool(_AdaptivePool):
+    name = "adaptive_avg_pool"
+    pool_type = "avg"
+    modules = (nn.AdaptiveAvgPool1d, nn.AdaptiveAvgPool2d, nn.AdaptiveAvgPool3d)
+    ops = ("adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d")
+
+
+@register_kind
+class AdaptiveMaxPool(_AdaptivePool):
+    name = "adaptive_max_pool"
+    pool_type = "max"
+    modules = (nn.AdaptiveMaxPool1d, nn.AdaptiveMaxPool2d, nn.AdaptiveMaxPool3d)
+    ops = ("adaptive_max_pool1d", "adaptive_max_pool2d", "adaptive_max_pool3d",
+           "adaptive_max_pool1d_with_indices", "adaptive_max_pool2d_with_indices")
+
+
+@register_kind
+class GlobalAvgPool(_AdaptivePool):
+    name = "global_avg_pool"
+    pool_type = "avg"
+    onnx_ops = ("GlobalAveragePool",)
+
+    def attrs_from_call(self, args, kwargs):
+        return {"pool_type": "avg", "output_size": 1}
+
+
+@register_kind
+class GlobalMaxPool(_AdaptivePool):
+    name = "global_max_pool"
+    pool_type = "max"
+    onnx_ops = ("GlobalMaxPool",)
+
+    def attrs_from_call(self, args, kwargs):
+        return {"pool_type": "max", "output_size": 1}
+
+
+@register_kind
+class Reduce(LayerKind):
+    """mean/sum/max/min/var over dimensions (x.mean((2, 3)) in many models)."""
+    name = "reduce"
+    ops = ("mean", "sum", "amax", "amin", "max", "min", "var", "std", "prod", "norm",
+           "logsumexp", "argmax", "argmin", "all", "any")
+    onnx_ops = ("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL2",
+                "ArgMax", "ArgMin")
+
+    def count_ops(self, attrs, in_shapes, out_shapes):
+        return float(numel(in_shapes[0])) if in_shapes else 0.0
+
+    def dims(self, attrs, in_shapes, out_shapes):
+        from .registry import default_dims
+        return default_dims(in_shapes[0] if in_shapes else out_shapes[0])

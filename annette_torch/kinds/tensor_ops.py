@@ -1,0 +1,151 @@
+"""Data movement: concatenation, splitting, reshaping, layout changes, padding,
+resampling, embedding lookups, and the free kinds (identity, dropout, views).
+
+None of these multiply; ``ops`` is zero except for interpolation (a few ops per output
+element). Their time is memory traffic, which the roofline models from input and output
+element counts. Views (reshape, flatten, squeeze, expand, identity, dropout in
+inference, dtype casts that keep the dtype) are ``free``: they cost no kernel.
+"""
+from __future__ import annotations
+
+from torch import nn
+
+from .registry import LayerKind, SameShapeKind, numel, register_kind
+
+
+class _DataMovement(LayerKind):
+    def count_ops(self, attrs, in_shapes, out_shapes):
+        return 0.0
+
+
+@register_kind
+class Concat(_DataMovement):
+    name = "concat"
+    ops = ("cat", "stack", "hstack", "vstack", "column_stack")
+    onnx_ops = ("Concat",)
+
+    def attrs_from_call(self, args, kwargs):
+        return {"dim": args[1] if len(args) > 1 else kwargs.get("dim", 0)}
+
+
+@register_kind
+class Split(_DataMovement):
+    name = "split"
+    ops = ("split", "chunk", "unbind", "tensor_split", "split_with_sizes", "unsafe_split")
+    onnx_ops = ("Split",)
+
+
+@register_kind
+class Permute(_DataMovement):
+    """Layout changes that move data (a transpose materialises a copy on most targets)."""
+    name = "permute"
+    modules = ()
+    ops = ("permute", "transpose", "t", "movedim", "contiguous", "roll", "flip",
+           "channel_shuffle", "pixel_shuffle", "pixel_unshuffle", "repeat", "tile",
+           "repeat_interleave", "clone")
+    onnx_ops = ("Transpose", "DepthToSpace", "SpaceToDepth", "Tile")
+
+
+@register_kind
+class Slice(_DataMovement):
+    """Indexing and slicing of a tensor (x[:, 0], narrow, select, gather)."""
+    name = "slice"
+    ops = ("getitem", "narrow", "select", "index_select", "gather", "take", "masked_select",
+           "torchvision.models.swin_transformer._get_relative_position_bias")
+    onnx_ops = ("Slice", "Gather", "GatherElements", "GatherND")
+
+
+@register_kind
+class Reshape(_DataMovement):
+    name = "reshape"
+    free = True
+    modules = (nn.Flatten, nn.Unflatten)
+    ops = ("view", "reshape", "flatten", "unflatten", "squeeze", "unsqueeze", "expand",
+           "expand_as", "view_as", "reshape_as", "broadcast_to", "to", "type", "float",
+           "type_as", "detach", "requires_grad", "real", "as_strided")
+    onnx_ops = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Expand", "Cast", "Shape",
+                "Constant", "ConstantOfShape")
+
+
+@register_kind
+class Identity(SameShapeKind, _DataMovement):
+    name = "identity"
+    free = True
+    modules = (nn.Identity,)
+    ops = ("identity",)
+    onnx_ops = ("Identity",)
+
+
+@register_kind
+class Dropout(SameShapeKind, _DataMovement):
+    """Dropout and stochastic depth: identity at inference."""
+    name = "dropout"
+    free = True
+    modules = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout)
+    ops = ("dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout",
+           "torchvision.ops.stochastic_depth.stochastic_depth")
+    onnx_ops = ("Dropout",)
+
+
+@register_kind
+class Constant(_DataMovement):
+    """Tensors created without tensor inputs (arange, zeros, ones, full, ...)."""
+    name = "constant"
+    free = True
+    ops = ("arange", "zeros", "ones", "full", "empty", "zeros_like", "ones_like", "full_like",
+           "empty_like", "new_zeros", "new_ones", "new_full", "new_empty", "tensor", "linspace",
+           "eye", "rand", "randn", "randn_like", "rand_like")
+
+
+@register_kind
+class Pad(_DataMovement):
+    name = "pad"
+    modules = (nn.ZeroPad1d, nn.ZeroPad2d, nn.ZeroPad3d, nn.ConstantPad1d, nn.ConstantPad2d,
+               nn.ConstantPad3d, nn.ReflectionPad1d, nn.ReflectionPad2d, nn.ReflectionPad3d,
+               nn.ReplicationPad1d, nn.ReplicationPad2d, nn.ReplicationPad3d)
+    ops = ("pad", "torchvision.models.swin_transformer._patch_merging_pad")
+    onnx_ops = ("Pad",)
+
+    def attrs_from_module(self, module):
+        return {"padding": tuple(module.padding)}
+
+
+@register_kind
+class Upsample(LayerKind):
+    """Nearest/bilinear/bicubic resampling: ops = output elements * taps per output."""
+    name = "upsample"
+    modules = (nn.Upsample, nn.UpsamplingNearest2d, nn.UpsamplingBilinear2d)
+    ops = ("interpolate", "upsample", "upsample_nearest", "upsample_bilinear")
+    onnx_ops = ("Resize", "Upsample")
+    _TAPS = {"nearest": 1, "nearest-exact": 1, "linear": 2, "bilinear": 4, "bicubic": 16,
+             "trilinear": 8, "area": 4}
+
+    def attrs_from_module(self, module):
+        return {"mode": module.mode}
+
+    def attrs_from_call(self, args, kwargs):
+        return {"mode": kwargs.get("mode", args[3] if len(args) > 3 else "nearest")}
+
+    def count_ops(self, attrs, in_shapes, out_shapes):
+        return float(numel(out_shapes[0]) * self._TAPS.get(attrs.get("mode", "nearest"), 1))
+
+
+@register_kind
+class Embedding(_DataMovement):
+    name = "embedding"
+    modules = (nn.Embedding, nn.EmbeddingBag)
+    ops = ("embedding", "embedding_bag")
+
+    def attrs_from_module(self, module):
+        return {"num_embeddings": module.num_embeddings, "embedding_dim": module.embedding_dim}
+
+
+@register_kind
+class Unknown(LayerKind):
+    """A tensor-producing call no kind claims. ``ops`` come from torch's flop counter when
+    the tracer could run it (attrs["flops"]), else one per output element."""
+    name = "unknown"
+
+    def count_ops(self, attrs, in_shapes, out_shapes):
+        flops = attrs.get("flops")
+        return float(flops) if flops else float(sum(numel(s) for s in out_shapes))

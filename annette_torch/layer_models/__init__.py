@@ -1,0 +1,6 @@
+"""Layer models: registry plus one file per model family."""
+from .base import LAYER_MODELS, LayerModel, layer_model_from_dict, register_layer_model
+from .roofline import RefinedRoofline, Roofline
+
+__all__ = ["LAYER_MODELS", "LayerModel", "RefinedRoofline", "Roofline", "layer_model_from_dict",
+           "register_layer_model"]

@@ -1,0 +1,60 @@
+"""Layer-model registry and the contract every layer model follows.
+
+A layer model predicts the time of many kernels of one kind at once from the kernel
+feature matrix (columns :data:`annette_torch.kinds.FEATURES`). It is built from plain
+JSON data (``from_dict``/``to_dict``) and its ``predict`` is pure. The same formula runs
+on numpy arrays and on torch tensors (``xp`` is the array namespace) so estimates can
+be differentiated.
+"""
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ..kinds import FEATURES
+
+COLUMN = {name: i for i, name in enumerate(FEATURES)}
+LAYER_MODELS: dict[str, type["LayerModel"]] = {}
+
+
+def register_layer_model(cls: type["LayerModel"]) -> type["LayerModel"]:
+    """Class decorator: make a layer-model type loadable by its ``type`` name."""
+    if cls.type_name in LAYER_MODELS:
+        raise ValueError(f"layer model type {cls.type_name!r} registered twice")
+    LAYER_MODELS[cls.type_name] = cls
+    return cls
+
+
+class LayerModel:
+    """Predicts kernel times; subclasses define ``type_name`` and the formula."""
+
+    type_name: ClassVar[str] = ""
+
+    def predict(self, features: Any, xp: Any = np) -> tuple[Any, Any]:
+        """(time in seconds, compute-bound flag) per row of ``features``."""
+        raise NotImplementedError
+
+    def bytes_moved(self, features: Any) -> Any:
+        """Bytes read and written per kernel under this model's bit widths."""
+        return features[:, COLUMN["input_elems"]] * 0.0
+
+    def to_dict(self) -> dict:
+        raise NotImplementedError
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "LayerModel":
+        raise NotImplementedError
+
+
+def layer_model_from_dict(data: dict, where: str = "layer model") -> LayerModel:
+    """Build a layer model from its JSON dict; errors name ``where`` and the field."""
+    if not isinstance(data, dict) or "type" not in data:
+        raise ValueError(f"{where}: expected an object with a 'type' field")
+    kind = data["type"]
+    if kind not in LAYER_MODELS:
+        raise ValueError(f"{where}: unknown layer model type {kind!r} (known: {sorted(LAYER_MODELS)})")
+    try:
+        return LAYER_MODELS[kind].from_dict(data)
+    except (KeyError, TypeError, ValueError) as error:
+        raise ValueError(f"{where}: invalid {kind} parameters ({error})") from error

@@ -1,0 +1,160 @@
+"""Profiles: everything the estimator knows about one target, as plain JSON.
+
+Format ``annette_torch.profile`` version 1 (loading never executes code)::
+
+    {
+      "format": "annette_torch.profile", "version": 1,
+      "name": "ncs2-myriad",
+      "description": "...",
+      "fingerprint": {"backend": ..., "device": ..., "runtime_version": ...,
+                      "threads": ..., "precision": ...},
+      "overhead_ms": 0.0,                       # per inference, added once
+      "mapping": [{"primary": "conv", "secondary": "relu", "result": "conv",
+                   "condition": [{"layer": "secondary", "attr": "kernel_size",
+                                  "op": "==", "value": 2}]}, ...],
+      "layer_models": {"default": {"type": "roofline", ...},   # kinds without an entry
+                       "conv": {"type": "refined_roofline", ...}, ...},
+      "fit_metrics": {...},                     # how well the models fit (if fitted)
+      "notes": ["..."]                          # provenance and known gaps
+    }
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from ..layer_models import LayerModel, layer_model_from_dict
+from ..mapping import FusionRule
+
+FORMAT = "annette_torch.profile"
+VERSION = 1
+FINGERPRINT_FIELDS = ("backend", "device", "runtime_version", "threads", "precision")
+
+
+class ProfileError(ValueError):
+    """A profile is missing, unreadable, of another version, or has an invalid field."""
+
+
+@dataclass
+class Profile:
+    """A target's mapping rules, per-kind layer models and per-inference overhead."""
+
+    name: str
+    fingerprint: dict[str, Any]
+    layer_models: dict[str, LayerModel]
+    mapping: tuple[FusionRule, ...] = ()
+    overhead_ms: float = 0.0
+    description: str = ""
+    fit_metrics: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    source: str = ""
+
+    def model_for(self, kernel_kind: str) -> tuple[str, LayerModel]:
+        """(entry name, layer model) answering ``kernel_kind``; falls back to ``default``."""
+        if kernel_kind in self.layer_models:
+            return kernel_kind, self.layer_models[kernel_kind]
+        return "default", self.layer_models["default"]
+
+    def to_dict(self) -> dict:
+        return {
+            "format": FORMAT, "version": VERSION, "name": self.name,
+            "description": self.description, "fingerprint": dict(self.fingerprint),
+            "overhead_ms": self.overhead_ms, "mapping": [r.to_dict() for r in self.mapping],
+            "layer_models": {k: m.to_dict() for k, m in self.layer_models.items()},
+            "fit_metrics": self.fit_metrics, "notes": list(self.notes),
+        }
+
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write atomically (temporary file, then rename)."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as tmp:
+            json.dump(self.to_dict(), tmp, indent=2)
+            tmp.write("\n")
+        os.replace(tmp.name, path)
+        return path
+
+    @classmethod
+    def from_dict(cls, data: Any, source: str = "<dict>") -> "Profile":
+        """Validate and build; every error names ``source`` and the offending field."""
+        def fail(field_name: str, problem: str) -> ProfileError:
+            return ProfileError(f"profile {source}: field '{field_name}': {problem}")
+
+        if not isinstance(data, dict):
+            raise fail("<root>", "expected a JSON object")
+        if data.get("format") != FORMAT:
+            raise fail("format", f"expected {FORMAT!r}, got {data.get('format')!r}")
+        if data.get("version") != VERSION:
+            raise fail("version", f"this annette_torch reads version {VERSION}, the file has "
+                                  f"{data.get('version')!r}; rebuild or convert the profile")
+        for name in ("name", "fingerprint", "layer_models"):
+            if name not in data:
+                raise fail(name, "missing")
+        if not isinstance(data["fingerprint"], dict):
+            raise fail("fingerprint", "expected an object")
+        missing = [f for f in FINGERPRINT_FIELDS if f not in data["fingerprint"]]
+        if missing:
+            raise fail("fingerprint", f"missing {missing}")
+        models_data = data["layer_models"]
+        if not isinstance(models_data, dict) or "default" not in models_data:
+            raise fail("layer_models", "expected an object with a 'default' entry")
+        models = {}
+        for kind, entry in models_data.items():
+            try:
+                models[kind] = layer_model_from_dict(entry, where=f"layer_models.{kind}")
+            except ValueError as error:
+                raise ProfileError(f"profile {source}: field {error}") from None
+        rules = []
+        for i, entry in enumerate(data.get("mapping") or ()):
+            try:
+                rules.append(FusionRule.from_dict(entry))
+            except (KeyError, TypeError, ValueError) as error:
+                raise fail(f"mapping[{i}]", f"invalid rule ({error})") from None
+        try:
+            overhead = float(data.get("overhead_ms", 0.0))
+        except (TypeError, ValueError):
+            raise fail("overhead_ms", f"expected a number, got {data.get('overhead_ms')!r}") from None
+        if overhead < 0:
+            raise fail("overhead_ms", "must not be negative")
+        return cls(name=str(data["name"]), fingerprint=dict(data["fingerprint"]), layer_models=models,
+                   mapping=tuple(rules), overhead_ms=overhead, description=str(data.get("description", "")),
+                   fit_metrics=dict(data.get("fit_metrics") or {}), notes=list(data.get("notes") or []),
+                   source=source)
+
+
+def builtin_dir() -> Path:
+    return Path(str(resources.files("annette_torch.profiles") / "builtin"))
+
+
+def builtin_names() -> list[str]:
+    return sorted(p.stem for p in builtin_dir().glob("*.json"))
+
+
+def load_profile(name_or_path: str | os.PathLike | Profile) -> Profile:
+    """A built-in profile by name, or a profile JSON file by path."""
+    if isinstance(name_or_path, Profile):
+        return name_or_path
+    text = str(name_or_path)
+    path = Path(text)
+    if not (text.endswith(".json") or path.exists()):
+        if text not in builtin_names():
+            raise ProfileError(f"unknown profile {text!r}; available: {', '.join(builtin_names())} "
+                               f"(or give the path to a profile .json file)")
+        path = builtin_dir() / f"{text}.json"
+    if not path.is_file():
+        raise ProfileError(f"profile file {path} does not exist")
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ProfileError(f"profile {path}: not readable as JSON ({error})") from None
+    return Profile.from_dict(data, source=str(path))
+
+
+def list_profiles() -> list[Profile]:
+    """All built-in profiles, loaded."""
+    return [load_profile(name) for name in builtin_names()]

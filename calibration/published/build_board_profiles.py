@@ -1,0 +1,129 @@
+"""Build the built-in ``zcu102-dpu`` and ``ncs2-myriad`` profiles from the published
+ANNETTE parameters in ``annette-published/`` (a copy of the reference data).
+
+    python calibration/published/build_board_profiles.py        # rewrites annette_torch/profiles/builtin/
+
+Layer models come from the ``*-ref_roofline.json`` files: entries marked
+``refined_roofline`` become refined rooflines (their ``<dim>_par``/``<dim>_alpha``),
+the others rooflines. Mapping rules come from ``dnndk.json`` (ZCU102) and ``ov2.json``
+(NCS2, the version with the learned ConvPool condition). The published statistical and
+mixed models reference regressor files (``*.sav`` pickles) that were distributed
+separately and are not available, so these profiles hold roofline and refined roofline
+models only; the notes in each profile say so.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from annette_torch.layer_models import layer_model_from_dict
+from annette_torch.mapping import FusionRule
+from annette_torch.profiles import Profile
+
+HERE = Path(__file__).parent / "annette-published"
+OUT = Path(__file__).resolve().parents[2] / "annette_torch" / "profiles" / "builtin"
+
+POOL_KINDS = ["max_pool", "avg_pool", "adaptive_avg_pool", "adaptive_max_pool", "global_avg_pool",
+              "global_max_pool"]
+#: ANNETTE layer type -> annette_torch kernel kinds it answers for.
+TYPE_TO_KINDS = {
+    "Base": ["default"], "Conv": ["conv"], "ConvPool": ["conv_pool"],
+    "DepthwiseConv": ["depthwise_conv"], "FullyConnected": ["linear"], "Pool": POOL_KINDS,
+    "ConvTranspose": ["conv_transpose"], "Add": ["add"], "Tanh": ["tanh"], "Exp": ["unary"],
+}
+#: ANNETTE layer type names in mapping rules -> annette_torch kinds.
+RULE_KINDS = {"Conv": "conv", "DepthwiseConv": "depthwise_conv", "BatchNorm": "batch_norm",
+              "Relu": "relu", "Relu6": "relu6", "LeakyRelu": "leaky_relu", "Pool": "max_pool",
+              "ConvPool": "conv_pool"}
+
+BOARDS = {
+    "zcu102-dpu": {
+        "layer_file": "dnndk-ref_roofline.json", "mapping_file": "dnndk.json",
+        "fingerprint": {"backend": "vitis-ai-dpu", "device": "Xilinx ZCU102 MPSoC, DPU",
+                        "runtime_version": "DNNDK (DECENT + DNNC) as published with ANNETTE",
+                        "threads": None, "precision": "int8"},
+        "description": "Xilinx ZCU102 DPU, published ANNETTE refined-roofline and mapping models",
+    },
+    "ncs2-myriad": {
+        "layer_file": "ncs2-ref_roofline.json", "mapping_file": "ov2.json",
+        "fingerprint": {"backend": "openvino-myriad", "device": "Intel Neural Compute Stick 2 (Myriad X VPU)",
+                        "runtime_version": "OpenVINO (MYRIAD plugin) as published with ANNETTE",
+                        "threads": None, "precision": "fp16"},
+        "description": "Intel NCS2 (Myriad X), published ANNETTE refined-roofline and mapping models",
+    },
+}
+
+
+def layer_model(entry: dict) -> dict:
+    """Our JSON layer model for one published entry."""
+    arch = entry.get("architecture") or {}
+    model = {"type": "roofline", "peak_ops_s": float(entry["op_s"]),
+             "bandwidth_bytes_s": float(entry["bandwidth"]),
+             "bit_act": int(arch.get("bit_act", 8)), "bit_weights": int(arch.get("bit_weights", 8))}
+    if entry.get("est_type") == "refined_roofline":
+        model["type"] = "refined_roofline"
+        model["unroll"] = {d: {"par": float(arch[f"{d}_par"]), "alpha": float(arch[f"{d}_alpha"])}
+                           for d in ("h", "w", "c", "f") if f"{d}_par" in arch}
+    return model
+
+
+def mapping_rules(data: dict) -> list[dict]:
+    rules = []
+    for entry in data.values():
+        if not isinstance(entry, dict) or entry.get("sec_type") is None:
+            continue  # decompositions (Softplus -> Exp, Power, Log) are not fusion rules
+        condition = []
+        for clause in ((entry.get("fuse_cond") or {}).get("secondary") or {}).values():
+            if clause["name"] == "pooling_type":
+                continue  # the secondary kind max_pool already says MAX
+            if clause["name"] == "kernel_shape":
+                condition.append({"layer": "secondary", "attr": "kernel_size", "op": clause["cond"],
+                                  "value": int(clause["val"])})
+        rule = {"primary": RULE_KINDS[entry["prim_type"]], "secondary": RULE_KINDS[entry["sec_type"]],
+                "result": RULE_KINDS[entry["out_type"]]}
+        if condition:
+            rule["condition"] = list({json.dumps(c, sort_keys=True): c for c in condition}.values())
+        rules.append(rule)
+    return rules
+
+
+def build(name: str) -> Profile:
+    spec = BOARDS[name]
+    layer_data = json.loads((HERE / "layer" / spec["layer_file"]).read_text())
+    models: dict[str, dict] = {}
+    for ann_type, kinds in TYPE_TO_KINDS.items():
+        if isinstance(layer_data.get(ann_type), dict) and "op_s" in layer_data[ann_type]:
+            for kind in kinds:
+                models[kind] = layer_model(layer_data[ann_type])
+    notes = [
+        f"Built by calibration/published/build_board_profiles.py from the published ANNETTE files "
+        f"layer/{spec['layer_file']} and mapping/{spec['mapping_file']}.",
+        "Layer models are roofline and refined roofline only: the published statistical and mixed "
+        "models rely on regressor files (*.sav) that were distributed separately and are not available.",
+        "Kinds without their own entry use the 'default' roofline (ANNETTE's 'Base' layer).",
+        "Per-inference overhead is not published; overhead_ms is 0.",
+    ]
+    if "conv_pool" not in models:
+        models["conv_pool"] = models["conv"]
+        notes.append("No published ConvPool layer model: fused conv+pool kernels use the Conv model.")
+    if name == "ncs2-myriad":
+        notes.append("The Softplus decomposition rule (Softplus -> Exp, Power, Log) of ov2.json is not a "
+                     "fusion and is not represented; Log layers use the 'unary' (Exp) model.")
+    mapping_data = json.loads((HERE / "mapping" / spec["mapping_file"]).read_text())
+    return Profile(
+        name=name, fingerprint=spec["fingerprint"], description=spec["description"],
+        layer_models={k: layer_model_from_dict(m, f"{name}.{k}") for k, m in models.items()},
+        mapping=tuple(FusionRule.from_dict(r) for r in mapping_rules(mapping_data)),
+        overhead_ms=0.0, notes=notes,
+        fit_metrics={"source": "published ANNETTE parameters; no fit metrics available"},
+    )
+
+
+def main() -> None:
+    for name in BOARDS:
+        path = build(name).save(OUT / f"{name}.json")
+        print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
