@@ -128,6 +128,8 @@ def run_graph(graph: fx.Graph, root: nn.Module, inputs: list[torch.Tensor], devi
                 with torch.no_grad():
                     result = fn(*args[1:], **kwargs) if node.op == "call_method" else fn(*args, **kwargs)
         except Exception as error:  # noqa: BLE001 - re-raised with the layer named
+            if meta:
+                error = _explain_meta_failure(node, root, args, kwargs, error)
             raise LayerExecutionError.at(node.name, _module_path(node), target, args, kwargs, error) from error
         env[node] = result
 
@@ -145,6 +147,34 @@ def run_graph(graph: fx.Graph, root: nn.Module, inputs: list[torch.Tensor], devi
         layers.append(build_layer(record, classified, flops))
         sources[node] = (node.name,)
     return layers
+
+
+class MetaLimitation(NotImplementedError):
+    """An op failed on meta tensors but runs on real ones: retry the trace for real."""
+
+
+def _explain_meta_failure(node: fx.Node, root: nn.Module, args: tuple, kwargs: dict,
+                          error: Exception) -> Exception:
+    """Re-run a failing op once on real zero tensors: its own error message is clearer than
+    the meta kernel's; if it succeeds, the failure was a meta limitation."""
+    def real(value: Any) -> Any:
+        if isinstance(value, torch.Tensor) and value.device.type == "meta":
+            return torch.zeros(value.shape, dtype=value.dtype)
+        return value
+
+    real_args = torch.utils._pytree.tree_map(real, args)
+    real_kwargs = torch.utils._pytree.tree_map(real, kwargs)
+    try:
+        with torch.no_grad():
+            if node.op == "call_module":
+                root.get_submodule(node.target)(*real_args, **real_kwargs)
+            elif node.op == "call_function":
+                node.target(*real_args, **real_kwargs)
+            else:
+                getattr(real_args[0], node.target)(*real_args[1:], **real_kwargs)
+    except Exception as real_error:  # noqa: BLE001 - this is the message we want
+        return real_error
+    return MetaLimitation(f"{type(error).__name__} on meta tensors: {error}")
 
 
 def _node_leaves(value: Any) -> list[fx.Node]:

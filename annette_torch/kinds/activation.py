@@ -63,6 +63,7 @@ class SiLU(_Activation):
     name = "silu"
     modules = (nn.SiLU,)
     ops = ("silu",)
+    onnx_ops = ("Swish",)
     ops_per_element = 4.0
 
 
@@ -137,6 +138,7 @@ class UnaryMath(_Activation):
     """Pointwise math without a dedicated kind (exp, sqrt, abs, ...)."""
     name = "unary"
     ops = ("exp", "log", "sqrt", "rsqrt", "abs", "neg", "pow", "erf", "sin", "cos",
-           "reciprocal", "square", "sign", "floor", "ceil", "round", "logical_not")
+           "reciprocal", "square", "sign", "floor", "ceil", "round", "logical_not",
+           "invert", "bitwise_not")
     onnx_ops = ("Exp", "Log", "Sqrt", "Abs", "Neg", "Pow", "Erf", "Sin", "Cos", "Reciprocal",
                 "Sign", "Floor", "Ceil", "Round", "Not")

@@ -20,6 +20,7 @@ from .registry import LayerKind, register_kind, tuple_of
 class ScaledDotProductAttention(LayerKind):
     name = "attention"
     ops = ("scaled_dot_product_attention",)
+    onnx_ops = ("Attention",)
 
     def count_ops(self, attrs, in_shapes, out_shapes):
         q, k, v = in_shapes[:3]

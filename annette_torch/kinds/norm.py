@@ -36,7 +36,7 @@ class LayerNorm(SameShapeKind):
     name = "layer_norm"
     modules = (nn.LayerNorm, nn.RMSNorm)
     ops = ("layer_norm", "rms_norm")
-    onnx_ops = ("LayerNormalization",)
+    onnx_ops = ("LayerNormalization", "RMSNormalization")
 
     def attrs_from_module(self, module):
         return {"normalized_shape": tuple(module.normalized_shape)}

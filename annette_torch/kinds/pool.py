@@ -4,7 +4,7 @@
   tap); ``kh``, ``kw`` and ``stride`` hold the window.
 * adaptive pooling: the window is derived from input/output sizes; when the output is
   1x1 it is recorded as global pooling (``global_avg_pool`` / ``global_max_pool``).
-* reductions (mean, sum, amax over dims): one op per input element.
+* reductions (mean, sum, amax over dims) and scans (cumsum): one op per input element.
 """
 from __future__ import annotations
 
@@ -136,12 +136,12 @@ class GlobalMaxPool(_AdaptivePool):
 
 @register_kind
 class Reduce(LayerKind):
-    """mean/sum/max/min/var over dimensions (x.mean((2, 3)) in many models)."""
+    """mean/sum/max/min/var over dimensions (x.mean((2, 3)) in many models) and scans."""
     name = "reduce"
     ops = ("mean", "sum", "amax", "amin", "max", "min", "var", "std", "prod", "norm",
-           "logsumexp", "argmax", "argmin", "all", "any")
+           "logsumexp", "argmax", "argmin", "all", "any", "cumsum", "cumprod")
     onnx_ops = ("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL2",
-                "ArgMax", "ArgMin")
+                "ReduceL1", "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp", "ArgMax", "ArgMin")
 
     def count_ops(self, attrs, in_shapes, out_shapes):
         return float(numel(in_shapes[0])) if in_shapes else 0.0

@@ -3,14 +3,15 @@ resampling, embedding lookups, and the free kinds (identity, dropout, views).
 
 None of these multiply; ``ops`` is zero except for interpolation (a few ops per output
 element). Their time is memory traffic, which the roofline models from input and output
-element counts. Views (reshape, flatten, squeeze, expand, identity, dropout in
-inference, dtype casts that keep the dtype) are ``free``: they cost no kernel.
+element counts. Views (reshape, flatten, squeeze, expand, meshgrid, identity, dropout in
+inference) and dtype casts (mostly of index tensors, or fused into their consumer) are
+``free``: they cost no kernel. Window extraction (``unfold``) is a copy like ``repeat``.
 """
 from __future__ import annotations
 
 from torch import nn
 
-from .registry import LayerKind, SameShapeKind, numel, register_kind
+from .registry import LayerKind, SameShapeKind, default_dims, numel, register_kind
 
 
 class _DataMovement(LayerKind):
@@ -62,8 +63,9 @@ class Reshape(_DataMovement):
     modules = (nn.Flatten, nn.Unflatten)
     ops = ("view", "reshape", "flatten", "unflatten", "squeeze", "unsqueeze", "expand",
            "expand_as", "view_as", "reshape_as", "broadcast_to", "to", "type", "float",
-           "type_as", "detach", "requires_grad", "real", "as_strided")
-    onnx_ops = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Expand", "Cast", "Shape",
+           "type_as", "detach", "requires_grad", "real", "as_strided", "long", "half",
+           "double", "bool", "bfloat16", "meshgrid", "broadcast_tensors")
+    onnx_ops = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Expand", "Cast", "CastLike", "Shape",
                 "Constant", "ConstantOfShape")
 
 
@@ -95,6 +97,7 @@ class Constant(_DataMovement):
     ops = ("arange", "zeros", "ones", "full", "empty", "zeros_like", "ones_like", "full_like",
            "empty_like", "new_zeros", "new_ones", "new_full", "new_empty", "tensor", "linspace",
            "eye", "rand", "randn", "randn_like", "rand_like")
+    onnx_ops = ("RandomNormalLike", "RandomUniformLike", "EyeLike")
 
 
 @register_kind
@@ -108,6 +111,31 @@ class Pad(_DataMovement):
 
     def attrs_from_module(self, module):
         return {"padding": tuple(module.padding)}
+
+
+@register_kind
+class Unfold(_DataMovement):
+    """Sliding windows: im2col (``F.unfold``, ``nn.Unfold``) and ``Tensor.unfold`` (a view
+    whose copy happens in the reshape after it, which is free here). The output holds every
+    window, so it is up to kernel-size times the input; ``h``, ``w``, ``c`` are the input's."""
+    name = "unfold"
+    modules = (nn.Unfold,)
+    ops = ("unfold",)
+
+    def dims(self, attrs, in_shapes, out_shapes):
+        return default_dims(in_shapes[0] if in_shapes else out_shapes[0])
+
+
+@register_kind
+class Fold(LayerKind):
+    """col2im (``F.fold``, ``nn.Fold``): overlapping windows are summed back into an image,
+    ops = one add per input element."""
+    name = "fold"
+    modules = (nn.Fold,)
+    ops = ("fold",)
+
+    def count_ops(self, attrs, in_shapes, out_shapes):
+        return float(numel(in_shapes[0])) if in_shapes else 0.0
 
 
 @register_kind
@@ -134,7 +162,7 @@ class Upsample(LayerKind):
 class Embedding(_DataMovement):
     name = "embedding"
     modules = (nn.Embedding, nn.EmbeddingBag)
-    ops = ("embedding", "embedding_bag")
+    ops = ("embedding", "embedding_bag", "one_hot")  # one_hot: a lookup in the identity
 
     def attrs_from_module(self, module):
         return {"num_embeddings": module.num_embeddings, "embedding_dim": module.embedding_dim}

@@ -1,0 +1,119 @@
+"""``annette-torch``: estimate a model from the command line, list profiles.
+
+    annette-torch estimate torchvision:resnet50 [--profile P] [--input-shape 1,3,224,224]
+                  [--csv FILE] [--plot FILE.png] [--no-mapping]
+    annette-torch profiles
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import warnings
+
+import pandas as pd
+
+from . import __version__
+from .estimator import DEFAULT_PROFILE, Estimator
+from .graph import TraceError
+from .profiles import ProfileError, builtin_names, load_profile
+
+
+def _shape(text: str) -> tuple[int, ...]:
+    try:
+        shape = tuple(int(v) for v in text.replace("x", ",").split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"input shape must be integers like 1,3,224,224, got {text!r}") from None
+    if not shape or any(v <= 0 for v in shape):
+        raise argparse.ArgumentTypeError(f"input shape must be positive integers, got {text!r}")
+    return shape
+
+
+def _print_report(report: pd.DataFrame, full: bool) -> None:
+    table = report[["kernel", "kind", "layers", "ops", "time_ms", "layer_model", "bound"]].copy()
+    table["layers"] = [s if len(s) <= 48 else s[:45] + "..." for s in table["layers"]]
+    table["ops"] = [f"{v / 1e6:,.2f}M" for v in table["ops"]]
+    table["time_ms"] = [f"{v:.4f}" for v in table["time_ms"]]
+    if not full:
+        table = table[report["bound"] != "free"]
+    with pd.option_context("display.max_rows", None, "display.width", 200, "display.max_colwidth", 50):
+        print(table.to_string(index=False))
+    kinds = report.groupby("kind")["time_ms"].sum().sort_values(ascending=False)
+    print("\ntime by kernel kind: " + ", ".join(f"{k} {v:.3f} ms" for k, v in kinds.head(8).items()))
+    free = int((report["bound"] == "free").sum())
+    print(f"{len(report)} kernels ({free} free views/identities{' hidden' if not full and free else ''}); "
+          f"overhead {report.attrs['overhead_ms']:.3f} ms")
+    print(f"total: {report.attrs['total_ms']:.3f} ms  ({report.attrs['model']} on {report.attrs['profile']})")
+
+
+def cmd_estimate(args: argparse.Namespace) -> int:
+    from .models_source import resolve_model
+
+    estimator = Estimator(args.profile, use_mapping=not args.no_mapping)
+    resolved = resolve_model(args.model, args.input_shape)
+    if resolved.graph is not None:
+        target = resolved.graph
+    else:
+        shape = args.input_shape or resolved.default_input_shape
+        if shape is None:
+            raise SystemExit(f"{args.model}: give --input-shape (e.g. 1,3,224,224)")
+        from .graph import trace
+        target = trace(resolved.module, input_shape=shape, name=resolved.name)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        report = estimator.report(target)
+    _print_report(report, args.all)
+    for warning in caught:
+        print(f"warning: {warning.message}", file=sys.stderr)
+    if args.csv:
+        report.to_csv(args.csv, index=False)
+        print(f"wrote {args.csv}")
+    if args.plot:
+        from .plotting import plot_report
+        print(f"wrote {plot_report(report, estimator.profile, args.plot)}")
+    return 0
+
+
+def cmd_profiles(args: argparse.Namespace) -> int:
+    for name in builtin_names():
+        profile = load_profile(name)
+        fp = profile.fingerprint
+        default = " (default)" if name == DEFAULT_PROFILE else ""
+        print(f"{name}{default}: {profile.description}")
+        print(f"    backend={fp['backend']} device={fp['device']!r} runtime={fp['runtime_version']!r} "
+              f"threads={fp['threads']} precision={fp['precision']}")
+        kinds = sorted(k for k in profile.layer_models if k != "default")
+        types = sorted({m.type_name for m in profile.layer_models.values()})
+        print(f"    layer models ({', '.join(types)}) for: default, {', '.join(kinds)}; "
+              f"{len(profile.mapping)} fusion rules")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="annette-torch", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"annette_torch {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    est = sub.add_parser("estimate", help="estimate one model and print the per-kernel table")
+    est.add_argument("model", help="torchvision:NAME, timm:NAME, path/to/file.py:factory, or model.onnx")
+    est.add_argument("--profile", default=DEFAULT_PROFILE, help=f"profile name or .json path (default {DEFAULT_PROFILE})")
+    est.add_argument("--input-shape", type=_shape, help="e.g. 1,3,224,224 (default: the model's own)")
+    est.add_argument("--csv", help="write the per-kernel table to this CSV file")
+    est.add_argument("--plot", help="write a time-breakdown and roofline chart to this PNG file")
+    est.add_argument("--no-mapping", action="store_true", help="skip the fusion rules (each layer is a kernel)")
+    est.add_argument("--all", action="store_true", help="also list free kernels (views, identity, dropout)")
+    est.set_defaults(func=cmd_estimate)
+    prof = sub.add_parser("profiles", help="list the built-in profiles with their fingerprints")
+    prof.set_defaults(func=cmd_profiles)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (TraceError, ProfileError, ValueError) as error:
+        print(f"annette-torch: error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

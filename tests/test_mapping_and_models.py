@@ -1,0 +1,135 @@
+"""Mapping model (fusion rules -> kernel table) and the roofline layer models."""
+import math
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from annette_torch import trace
+from annette_torch.kinds import FEATURES
+from annette_torch.layer_models import RefinedRoofline, Roofline, layer_model_from_dict
+from annette_torch.mapping import FusionRule, map_kernels
+
+CONV_BN_RELU = (
+    FusionRule("conv", "batch_norm", "conv"),
+    FusionRule("conv", "relu", "conv"),
+    FusionRule("conv", "add", "conv"),
+    FusionRule.from_dict({"primary": "conv", "secondary": "max_pool", "result": "conv_pool",
+                          "condition": [{"layer": "secondary", "attr": "kernel_size", "op": "==", "value": 2}]}),
+)
+
+
+class Block(nn.Module):
+    def __init__(self, pool: int = 2):
+        super().__init__()
+        self.conv1 = nn.Conv2d(8, 8, 3, padding=1)
+        self.bn1 = nn.BatchNorm2d(8)
+        self.relu = nn.ReLU()
+        self.conv2 = nn.Conv2d(8, 8, 3, padding=1)
+        self.pool = nn.MaxPool2d(pool)
+
+    def forward(self, x):
+        y = self.relu(self.bn1(self.conv1(x)))
+        y = self.conv2(y) + y          # residual add of two layers' outputs, fusable into conv2
+        return self.pool(torch.relu(y))
+
+
+def test_chain_fuses_into_one_kernel_and_remembers_its_layers():
+    graph = trace(Block().eval(), input_shape=(1, 8, 16, 16))
+    table = map_kernels(graph, CONV_BN_RELU)
+    assert table.layers[0] == ("conv1", "bn1", "relu")
+    assert table.kinds[0] == "conv" and table.fusion[0] == "fused"
+    # add joins conv2 (multi-input: possibly-fused), then relu; pool(2) fuses as conv_pool
+    conv2 = table.names.index("conv2")
+    assert table.layers[conv2] == ("conv2", "add", "relu_1", "pool")
+    assert table.kinds[conv2] == "conv_pool"
+    assert table.fusion[conv2] == "possibly-fused"
+    assert len(table) == 2
+
+
+def test_fused_kernel_sums_ops_and_reads_external_inputs_once():
+    graph = trace(Block().eval(), input_shape=(1, 8, 16, 16))
+    table = map_kernels(graph, CONV_BN_RELU)
+    ops, inputs, outputs = (FEATURES.index(k) for k in ("ops", "input_elems", "output_elems"))
+    layer_ops = {layer.name: layer.counts.ops for layer in graph}
+    conv2 = table.names.index("conv2")
+    assert table.features[conv2, ops] == pytest.approx(sum(layer_ops[n] for n in table.layers[conv2]))
+    # conv2 reads its input (8*16*16) and the residual add reads it again; writes the pooled output
+    assert table.features[conv2, inputs] == 2 * 8 * 16 * 16
+    assert table.features[conv2, outputs] == 8 * 8 * 8
+    assert table.features[conv2, FEATURES.index("c")] == 8  # primary's dimensions
+
+
+def test_condition_blocks_fusion_and_no_rules_means_one_kernel_per_layer():
+    graph = trace(Block(pool=3).eval(), input_shape=(1, 8, 18, 18))
+    table = map_kernels(graph, CONV_BN_RELU)
+    assert "pool" in table.names and "conv_pool" not in table.kinds
+    unfused = map_kernels(graph, ())
+    assert len(unfused) == len(graph) and set(unfused.fusion) == {"not-fused"}
+
+
+def test_layer_with_two_consumers_is_not_fused():
+    class Fork(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(4, 4, 1)
+            self.relu = nn.ReLU()
+
+        def forward(self, x):
+            y = self.conv(x)
+            return self.relu(y) + y      # conv output is needed twice
+
+    graph = trace(Fork().eval(), input_shape=(1, 4, 8, 8))
+    table = map_kernels(graph, CONV_BN_RELU)
+    assert table.layers[table.names.index("conv")] == ("conv",)
+
+
+def test_roofline_takes_the_slower_of_compute_and_memory():
+    model = Roofline(peak_ops_s=1e9, bandwidth_bytes_s=1e8, bit_act=8, bit_weights=8)
+    feats = np.zeros((2, len(FEATURES)))
+    feats[:, FEATURES.index("ops")] = [1e9, 1e3]
+    feats[:, FEATURES.index("input_elems")] = [10, 1e8]
+    seconds, compute = model.predict(feats)
+    assert seconds[0] == pytest.approx(1.0) and compute[0]
+    assert seconds[1] == pytest.approx(1e8 / 1e8) and not compute[1]
+
+
+def test_refined_roofline_matches_the_published_formula():
+    model = RefinedRoofline(1e12, 1e12, 8, 8, unroll={"f": {"par": 16, "alpha": 0.5}, "c": {"par": 8, "alpha": 1.0}})
+    feats = np.ones((3, len(FEATURES)))
+    feats[:, FEATURES.index("ops")] = 1e9
+    feats[:, FEATURES.index("f")] = [16, 17, 32]
+    feats[:, FEATURES.index("c")] = [8, 8, 3]
+    seconds, _ = model.predict(feats)
+
+    def eff(n, par, alpha):
+        e = n / (math.ceil(n / par) * par)
+        return 1 / ((1 - alpha) + alpha / e)
+
+    for i, (f, c) in enumerate([(16, 8), (17, 8), (32, 3)]):
+        expected = 1e9 / (1e12 * eff(f, 16, 0.5) * eff(c, 8, 1.0))
+        assert seconds[i] == pytest.approx(expected)
+    assert seconds[1] > seconds[0]  # 17 filters waste most of a second pass
+
+
+def test_torch_path_equals_numpy_path_and_has_gradients():
+    model = RefinedRoofline(1e12, 1e10, 16, 16, unroll={"f": {"par": 32, "alpha": 0.7}, "h": {"par": 8, "alpha": 0.2}})
+    feats = np.abs(np.random.default_rng(0).normal(size=(5, len(FEATURES)))) * 1000 + 1
+    numpy_s, _ = model.predict(feats)
+    tensor = torch.tensor(feats, requires_grad=True)
+    torch_s, _ = model.predict(tensor, xp=torch)
+    assert np.allclose(torch_s.detach().numpy(), numpy_s)
+    torch_s.sum().backward()
+    assert torch.isfinite(tensor.grad).all() and tensor.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("data, message", [
+    ({"peak_ops_s": 1}, "type"),
+    ({"type": "magic"}, "unknown layer model type"),
+    ({"type": "roofline", "peak_ops_s": -1, "bandwidth_bytes_s": 1}, "positive"),
+    ({"type": "refined_roofline", "peak_ops_s": 1, "bandwidth_bytes_s": 1, "unroll": {"q": {"par": 2, "alpha": 0}}}, "unroll"),
+])
+def test_invalid_layer_model_data_is_named(data, message):
+    with pytest.raises(ValueError, match=message):
+        layer_model_from_dict(data, where="layer_models.conv")
