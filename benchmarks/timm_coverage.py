@@ -8,7 +8,8 @@ the trace time and the error if tracing failed. It ends with the share of models
 trace with no unknown kinds and, for the others, why.
 
 Each model runs in a worker process with a time limit, so one pathological model can't
-stall the run (a worker that runs over is killed and a new one started).
+stall the run (a worker that runs over is killed and a new one started). Only the worker
+imports torch and timm. The exit status is 0 when every model traces with no unknown kinds.
 
     python benchmarks/timm_coverage.py                      # all models below
     python benchmarks/timm_coverage.py --models resnet18 vit_tiny_patch16_224
@@ -29,21 +30,22 @@ MODELS: tuple[str, ...] = (
     # ResNet and relatives
     "resnet18", "resnext26ts", "seresnet18", "ecaresnet26t", "skresnet18", "resnetv2_50",
     "resnetrs50", "res2net50_14w_8s", "res2next50", "resnest14d", "gcresnet33ts",
-    "tresnet_m", "selecsls42b", "dla34", "dla60x_c", "senet154",
+    "tresnet_m", "selecsls42b", "dla34", "dla60x_c", "senet154", "legacy_seresnet18",
     # RegNet, NFNet, CSP, VoVNet, HGNet, GENet
     "regnetx_002", "regnety_002", "regnetz_b16", "nf_resnet50", "dm_nfnet_f0", "eca_nfnet_l0",
-    "cspresnet50", "cspresnext50", "cspdarknet53", "darknet53", "ese_vovnet19b_dw",
+    "cspresnet50", "cspresnext50", "cspdarknet53", "cspnext_tiny", "darknet53", "ese_vovnet19b_dw",
     "hgnet_tiny", "hgnetv2_b0", "gernet_s",
     # Classic CNNs
     "vgg11", "vgg11_bn", "densenet121", "dpn48b", "inception_v3", "inception_v4",
-    "legacy_xception", "xception41", "hrnet_w18_small", "repvgg_a0", "mobileone_s0",
+    "inception_resnet_v2", "legacy_xception", "xception41", "hrnet_w18_small", "repvgg_a0",
+    "mobileone_s0",
     "nasnetalarge", "pnasnet5large",
     # Mobile CNNs and NAS
     "efficientnet_b0", "tf_efficientnetv2_b0", "efficientnetv2_rw_t", "mobilenetv2_050",
     "mobilenetv3_small_050", "mobilenetv4_conv_small", "mnasnet_small", "fbnetc_100",
     "spnasnet_100", "mixnet_s", "ghostnet_050", "ghostnetv2_100", "repghostnet_050",
     "rexnet_100", "rexnetr_100", "hardcorenas_a", "lcnet_050", "tinynet_e", "fasternet_t0",
-    "starnet_s050", "repvit_m0_9",
+    "starnet_s050", "repvit_m0_9", "lcnetv2_small", "cpubone_nano", "mobilenetv5_300m",
     # Modern CNNs
     "convnext_atto", "convnextv2_atto", "convmixer_768_32", "inception_next_tiny",
     "rdnet_tiny", "mambaout_femto",
@@ -55,23 +57,32 @@ MODELS: tuple[str, ...] = (
     "vit_small_patch16_rope_224", "beit_base_patch16_224", "beitv2_base_patch16_224",
     "eva02_tiny_patch14_224", "cait_xxs24_224", "xcit_nano_12_p16_224", "convit_tiny",
     "pit_ti_224", "tnt_s_patch16_224", "volo_d1_224", "visformer_tiny", "crossvit_tiny_240",
-    "samvit_base_patch16", "vitamin_small_224",
+    "samvit_base_patch16", "vitamin_small_224", "vit_tiny_r_s16_p8_224",
+    "naflexvit_base_patch16_gap", "qwen3_vit_88m", "deepseek_vit_412m",
     # Hierarchical transformers
     "swin_tiny_patch4_window7_224", "swinv2_tiny_window8_256", "swinv2_cr_tiny_ns_224",
     "pvt_v2_b0", "twins_pcpvt_small", "twins_svt_small", "coat_lite_tiny", "coat_tiny",
     "nest_tiny", "davit_tiny", "focalnet_tiny_srf", "gcvit_xxtiny", "mvitv2_tiny",
-    "hiera_tiny_224", "tiny_vit_5m_224", "nextvit_small",
+    "hiera_tiny_224", "hieradet_small", "tiny_vit_5m_224", "nextvit_small", "iformer_s",
     # Hybrids (conv + attention)
     "levit_128s", "levit_conv_128s", "maxvit_nano_rw_256", "maxvit_tiny_tf_224",
     "coatnet_nano_rw_224", "coatnet_0_rw_224", "efficientformer_l1", "efficientformerv2_s0",
     "edgenext_xx_small", "mobilevit_xxs", "mobilevitv2_050", "fastvit_t8",
-    "efficientvit_b0", "efficientvit_m0", "shvit_s1",
+    "efficientvit_b0", "efficientvit_m0", "shvit_s1", "fastvit_mci0", "csatv2",
+    "swiftformer_xs", "lowformer_b0", "efficientvim_m1",
     # MLPs and poolers
     "mixer_s16_224", "resmlp_12_224", "gmlp_ti16_224", "poolformer_s12", "poolformerv2_s12",
     "sequencer2d_s",
 )
 
+#: Seconds a new worker process may take to import torch, timm and annette_torch.
+STARTUP_TIMEOUT = 120.0
 COLUMNS = ("model", "device", "method", "layers", "unknown", "unknown_ops", "trace_s", "error")
+
+
+def _failed(name: str, reason: str) -> dict:
+    return {"model": name, "device": "", "method": "", "layers": 0, "unknown": 0,
+            "unknown_ops": "", "trace_s": 0.0, "error": reason}
 
 
 def _input_shape(model) -> tuple[int, ...]:
@@ -108,15 +119,19 @@ def measure(name: str) -> dict:
         except Exception as error:  # noqa: BLE001 - reported in the table
             first = str(error).strip().splitlines()[0] if str(error).strip() else ""
             errors.append(f"{device}: {type(error).__name__}: {first}"[:300])
-    return {"model": name, "device": "", "method": "", "layers": 0, "unknown": 0,
-            "unknown_ops": "", "trace_s": 0.0, "error": " | ".join(errors)}
+    return _failed(name, " | ".join(errors))
 
 
 def _worker(conn) -> None:
-    """Child process: trace the model names received on ``conn`` and send back rows."""
+    """Child process: import the libraries, say so, then trace the model names received
+    on ``conn`` and send back rows."""
     warnings.simplefilter("ignore")
+    import timm  # noqa: F401  (imported before the clock starts)
     import torch
+
+    import annette_torch  # noqa: F401
     torch.set_num_threads(1)
+    conn.send("ready")
     while (name := conn.recv()) is not None:
         conn.send(measure(name))
 
@@ -133,6 +148,8 @@ class Runner:
         self.conn, child = self.context.Pipe()
         self.process = self.context.Process(target=_worker, args=(child,), daemon=True)
         self.process.start()
+        if not self.conn.poll(STARTUP_TIMEOUT) or self.conn.recv() != "ready":
+            raise RuntimeError(f"the worker process did not start within {STARTUP_TIMEOUT} s")
 
     def run(self, name: str) -> dict:
         if self.process is None or not self.process.is_alive():
@@ -144,10 +161,9 @@ class Runner:
             except EOFError:
                 reason = f"worker died (exit code {self.process.exitcode})"
         else:
-            reason = f"timed out after {self.timeout:.0f} s"
+            reason = f"timed out after {self.timeout:g} s"
         self.stop()
-        return {"model": name, "device": "", "method": "", "layers": 0, "unknown": 0,
-                "unknown_ops": "", "trace_s": 0.0, "error": reason}
+        return _failed(name, reason)
 
     def stop(self) -> None:
         if self.process is not None:

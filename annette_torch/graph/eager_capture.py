@@ -7,7 +7,7 @@ followed by tensor identity. The graph is the path the given input took.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import nn
@@ -15,16 +15,17 @@ from torch.overrides import TorchFunctionMode
 
 from ..kinds import canonical_op
 from .errors import LayerExecutionError
-from .fx_capture import meta_copy
+from .fx_capture import detached_copy
 from .layer_graph import Layer
 from .recognize import BOOKKEEPING_OPS, CallRecord, build_layer, is_leaf_module, tensor_leaves
 
 
 class _Recorder(TorchFunctionMode):
-    def __init__(self, weights: set[int], leaf_types: tuple[type, ...]) -> None:
+    def __init__(self, weights: set[int], leaf_types: tuple[type, ...], prefix: str = "") -> None:
         super().__init__()
         self.weights = weights
         self.leaf_types = leaf_types
+        self.prefix = prefix  # names layers "prefix" + op instead of "module.path.op"
         self.sources: dict[int, tuple[str, ...]] = {}
         self.alive: list[Any] = []  # keeps recorded tensors alive so ids stay unique
         self.layers: list[Layer] = []
@@ -48,7 +49,10 @@ class _Recorder(TorchFunctionMode):
 
     def record(self, target: Any, args: tuple, kwargs: dict, output: Any, path: str) -> None:
         inputs = [(t, self.source_of(t)) for t in tensor_leaves((args, kwargs))]
-        label = path if isinstance(target, nn.Module) else f"{path + '.' if path else ''}{canonical_op(target)}"
+        if isinstance(target, nn.Module):
+            label = path
+        else:
+            label = f"{self.prefix or (path + '.' if path else '')}{canonical_op(target)}"
         record = CallRecord(self.unique(label), path, target, args, kwargs, output, inputs)
         layer = build_layer(record)
         self.layers.append(layer)
@@ -66,14 +70,31 @@ class _Recorder(TorchFunctionMode):
         return result
 
 
+def record_call(fn: Callable, args: tuple, kwargs: dict,
+                inputs: list[tuple[torch.Tensor, tuple[str, ...] | None]], name: str,
+                path: str) -> tuple[Any, list[Layer], list[tuple[str, ...] | None]]:
+    """Run one opaque call (a ``torch.fx.wrap``-ed function FX keeps whole) and record
+    the torch calls inside it as layers named ``name/op``.
+
+    ``inputs`` are its tensor arguments with their sources (as in :class:`CallRecord`).
+    Returns the result, the layers and the source of each tensor in the result.
+    """
+    recorder = _Recorder({id(t) for t, src in inputs if src is None}, (), prefix=f"{name}/")
+    recorder.sources.update((id(t), src) for t, src in inputs if src is not None)
+    recorder.stack.append(path)
+    with torch.no_grad(), recorder:
+        result = fn(*args, **kwargs)
+    return result, recorder.layers, [recorder.source_of(t) for t in tensor_leaves(result)]
+
+
 def eager_capture(model: nn.Module, inputs: list[torch.Tensor], device: str,
                   leaf_modules: tuple[type, ...] = ()) -> list[Layer]:
     """Run ``model`` once on ``inputs`` and record its layers (see module docstring).
 
-    With ``device="meta"`` the run uses a meta copy of the model; otherwise the model
-    itself runs under ``torch.no_grad()``.
+    With ``device="meta"`` the run uses a meta copy of the model; otherwise a copy that
+    shares its parameters (and has its own buffers) runs under ``torch.no_grad()``.
     """
-    runner = meta_copy(model) if device == "meta" else model
+    runner = detached_copy(model, meta=device == "meta")  # the user's buffers stay as they are
     names = {id(m): name for name, m in runner.named_modules()}
     weights = {id(t) for t in list(runner.parameters()) + list(runner.buffers())}
     recorder = _Recorder(weights, leaf_modules)

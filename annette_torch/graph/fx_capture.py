@@ -7,6 +7,7 @@ implementation the caller retries with real tensors (``device="cpu"``).
 """
 from __future__ import annotations
 
+import inspect
 import operator
 from typing import Any, Callable
 
@@ -29,19 +30,38 @@ class _LayerTracer(fx.Tracer):
         return isinstance(m, self.extra_leaves) or is_leaf_module(m)
 
 
-def symbolic_trace(model: nn.Module, leaf_modules: tuple[type, ...] = ()) -> fx.Graph:
-    """The FX graph of ``model``; raises whatever FX raises when it cannot trace."""
+def symbolic_trace(model: nn.Module, leaf_modules: tuple[type, ...] = (), num_inputs: int = 1) -> fx.Graph:
+    """The FX graph of ``model``; raises whatever FX raises when it cannot trace.
+
+    A model that is itself a leaf (``nn.MultiheadAttention``, a class in ``leaf_modules``)
+    is one ``call_module`` node on ``num_inputs`` inputs, as it would be inside a network.
+    """
+    if isinstance(model, leaf_modules) or is_leaf_module(model):
+        graph = fx.Graph()
+        inputs = tuple(graph.placeholder(f"input_{i}") for i in range(num_inputs))
+        name = "".join(f"_{c.lower()}" if c.isupper() else c for c in type(model).__name__).lstrip("_")
+        graph.output(graph.create_node("call_module", "", inputs, name=name or "layer"))
+        return graph
     return _LayerTracer(leaf_modules).trace(model)
 
 
 def meta_copy(module: nn.Module) -> nn.Module:
     """A shallow copy of ``module`` whose parameters and buffers live on ``meta``."""
+    return detached_copy(module, meta=True)
+
+
+def detached_copy(module: nn.Module, meta: bool = False) -> nn.Module:
+    """A shallow copy of ``module`` to run instead of it: with ``meta`` its parameters and
+    buffers are meta tensors; otherwise it shares the parameters and holds copies of the
+    buffers, so that running it (batch-norm statistics in train mode, buffers updated in
+    place) leaves ``module`` unchanged."""
     clone = object.__new__(type(module))
     clone.__dict__ = module.__dict__.copy()
-    clone._parameters = {k: None if v is None else nn.Parameter(v.to("meta"), v.requires_grad)
+    clone._parameters = {k: nn.Parameter(v.to("meta"), v.requires_grad) if meta and v is not None else v
                          for k, v in module._parameters.items()}
-    clone._buffers = {k: None if v is None else v.to("meta") for k, v in module._buffers.items()}
-    clone._modules = {k: None if v is None else meta_copy(v) for k, v in module._modules.items()}
+    clone._buffers = {k: None if v is None else v.to("meta") if meta else v.clone()
+                      for k, v in module._buffers.items()}
+    clone._modules = {k: None if v is None else detached_copy(v, meta) for k, v in module._modules.items()}
     return clone
 
 
@@ -64,13 +84,24 @@ def _is_passthrough(node: fx.Node, args: tuple) -> bool:
     return node.target is operator.getitem and not isinstance(args[0], torch.Tensor)
 
 
+def _is_wrapped_function(target: Any) -> bool:
+    """A Python function from outside torch in the graph: FX keeps those whole only when
+    they are ``torch.fx.wrap``-ed (timm's ``maybe_add_mask``, ...)."""
+    return inspect.isfunction(target) and (target.__module__ or "").split(".")[0] != "torch"
+
+
 def run_graph(graph: fx.Graph, root: nn.Module, inputs: list[torch.Tensor], device: str) -> list[Layer]:
     """Execute ``graph`` node by node on ``device`` ("meta" or a real device), recording
-    one :class:`Layer` per tensor-producing call.
+    one :class:`Layer` per tensor-producing call. Wrapped functions that no kind claims
+    are run eagerly and recorded call by call (see :func:`record_call`).
 
     Raises :class:`LayerExecutionError` naming the first node that fails.
     """
+    from .eager_capture import record_call  # eager_capture imports this module
+
     meta = device == "meta"
+    if not meta:  # run a copy: the user's buffers (batch-norm statistics) stay as they are
+        root = detached_copy(root)
     env: dict[fx.Node, Any] = {}
     sources: dict[fx.Node, tuple[str, ...] | None] = {}
     modules: dict[str, nn.Module] = {}
@@ -118,13 +149,19 @@ def run_graph(graph: fx.Graph, root: nn.Module, inputs: list[torch.Tensor], devi
             target = node.target
             fn = getattr(args[0], node.target)
         kind, attrs = classified = classify(target, args, kwargs)
+        input_nodes = _node_leaves((node.args, node.kwargs))
+        inputs_with_source = [(t, sources[n]) for n in input_nodes for t in tensor_leaves(env[n])]
+        inner: list[Layer] | None = None  # the layers inside a wrapped function
         try:
             result = None
-            if meta:
+            if kind.name == "unknown" and _is_wrapped_function(target):
+                result, inner, inner_sources = record_call(fn, args, kwargs, inputs_with_source,
+                                                           node.name, _module_path(node))
+            elif meta:
                 tensors = tensor_leaves((args, kwargs))
                 if tensors and all(t.device.type == "meta" for t in tensors):
                     result = kind.meta_output(attrs, tensors)
-            if result is None:
+            if result is None and inner is None:
                 with torch.no_grad():
                     result = fn(*args[1:], **kwargs) if node.op == "call_method" else fn(*args, **kwargs)
         except Exception as error:  # noqa: BLE001 - re-raised with the layer named
@@ -132,8 +169,11 @@ def run_graph(graph: fx.Graph, root: nn.Module, inputs: list[torch.Tensor], devi
                 error = _explain_meta_failure(node, root, args, kwargs, error)
             raise LayerExecutionError.at(node.name, _module_path(node), target, args, kwargs, error) from error
         env[node] = result
+        if inner is not None:
+            layers.extend(inner)
+            sources[node] = _merge_sources(inner_sources)
+            continue
 
-        input_nodes = [leaf for leaf in _node_leaves((node.args, node.kwargs))]
         parents = _merge_sources(sources.get(n) for n in input_nodes)
         is_layer = (not _is_passthrough(node, args)
                     and (isinstance(target, nn.Module) or canonical_op(target) not in BOOKKEEPING_OPS)
@@ -141,7 +181,6 @@ def run_graph(graph: fx.Graph, root: nn.Module, inputs: list[torch.Tensor], devi
         if not is_layer:
             sources[node] = parents
             continue
-        inputs_with_source = [(t, sources[n]) for n in input_nodes for t in tensor_leaves(env[n])]
         record = CallRecord(node.name, _module_path(node), target, args, kwargs, result, inputs_with_source)
         flops = _flops_of_unknown(record, fn, node.op) if kind.name == "unknown" else None
         layers.append(build_layer(record, classified, flops))
@@ -157,9 +196,12 @@ def _explain_meta_failure(node: fx.Node, root: nn.Module, args: tuple, kwargs: d
                           error: Exception) -> Exception:
     """Re-run a failing op once on real zero tensors: its own error message is clearer than
     the meta kernel's; if it succeeds, the failure was a meta limitation."""
+    module = root.get_submodule(node.target) if node.op == "call_module" else root
+    device = next((t.device for t in list(module.parameters()) + list(module.buffers())), torch.device("cpu"))
+
     def real(value: Any) -> Any:
         if isinstance(value, torch.Tensor) and value.device.type == "meta":
-            return torch.zeros(value.shape, dtype=value.dtype)
+            return torch.zeros(value.shape, dtype=value.dtype, device=device)
         return value
 
     real_args = torch.utils._pytree.tree_map(real, args)
@@ -167,7 +209,7 @@ def _explain_meta_failure(node: fx.Node, root: nn.Module, args: tuple, kwargs: d
     try:
         with torch.no_grad():
             if node.op == "call_module":
-                root.get_submodule(node.target)(*real_args, **real_kwargs)
+                detached_copy(module)(*real_args, **real_kwargs)
             elif node.op == "call_function":
                 node.target(*real_args, **real_kwargs)
             else:

@@ -21,8 +21,13 @@ torch model gives (nearly) the same kernels as tracing the model itself:
   node names (``op_type_index`` for unnamed nodes), made unique.
 
 Shapes come from ``onnx.shape_inference`` (strict, with data propagation); ``input_shape``
-replaces the shapes of the graph inputs, e.g. to fix a dynamic batch dimension. External
-weight data is not loaded: only tensor shapes and small constants are read.
+replaces the shapes of the graph inputs, e.g. to fix a dynamic batch dimension. When a
+layer's shape stays unknown because it depends on a computed constant that inference does
+not evaluate (the pads of an exported ``F.pad`` go through ``Transpose`` and ``Reshape``),
+the small constant computations are evaluated with ``onnx.reference`` and inference runs
+again (repeatedly, as new shapes make more shape queries constant). Weights are read for
+their shapes only: their data is dropped after loading, and external data files are read
+only for small constants.
 
 Not handled: the bodies of control-flow nodes (``If``, ``Loop``, ``Scan`` become one
 ``unknown`` layer each), operators of non-standard domains (``com.microsoft`` fused ops are
@@ -35,14 +40,15 @@ preceding Conv; export with ``training=torch.onnx.TrainingMode.PRESERVE`` to kee
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper, shape_inference
+from onnx.reference import ReferenceEvaluator
 
 from ..kinds import KINDS, kind_for_onnx, layer_counts
-from ..kinds.registry import Shape
+from ..kinds.registry import Shape, numel
 from .errors import TraceError
 from .layer_graph import Layer, LayerGraph
 
@@ -52,6 +58,9 @@ _STANDARD_DOMAINS = ("", "ai.onnx")
 _SHAPE_QUERIES = ("Shape", "Size")
 #: Float inputs that are settings, not data (Resize's roi and scales).
 _SETTING_INPUTS = {"Resize": (1, 2, 3), "Upsample": (1,)}
+#: Constants up to this many elements keep their values (shapes, axes, pads, bounds);
+#: larger ones (weights) are read for their shapes only.
+_VALUE_LIMIT = 4096
 _FLOAT_TYPES = frozenset(value for key, value in TensorProto.DataType.items()
                          if key.startswith(("FLOAT", "BFLOAT")) or key == "DOUBLE")
 
@@ -67,26 +76,32 @@ def import_onnx(path_or_model: str | os.PathLike | onnx.ModelProto,
     """
     model, label, base_dir = _load(path_or_model)
     graph = model.graph
-    initializers = {tensor.name for tensor in graph.initializer}
-    inputs = [value for value in graph.input if value.name not in initializers]
+    inputs = [value for value in graph.input if value.name not in _initializer_names(graph)]
     if input_shape is not None:
-        _set_input_shapes(inputs, input_shape, label)
+        _replace_input_shapes(graph, inputs, input_shape, label)
     for value in inputs:
         if _static_shape(value.type) is None:
             raise TraceError(f"{label}: input '{value.name}' has the dynamic shape "
                              f"{_shape_text(value.type)}; pass input_shape=(...) to fix it")
     model = _infer_shapes(model, label, overridden=input_shape is not None)
     tensors = _Tensors(model.graph, base_dir, label)
+    while not _layer_shapes_known(model.graph, tensors, label):
+        folded = _fold_constants(model, tensors, label)
+        if len(folded.graph.node) == len(model.graph.node):
+            break  # nothing left to fold: _build_layers names the unknown shape
+        model = _infer_shapes(folded, label, overridden=input_shape is not None)
+        tensors = _Tensors(model.graph, base_dir, label)
     layers = _build_layers(model.graph, tensors, label)
     input_shapes = tuple(tensors.shape(value.name, "the graph inputs") for value in inputs)
     return LayerGraph(layers, input_shapes, method="onnx", model_name=label)
 
 
 def _load(path_or_model) -> tuple[onnx.ModelProto, str, str]:
-    """The model (a copy, as input shapes may be changed), its label and weight folder."""
+    """A copy of the model without weight data, its label and its folder."""
     if isinstance(path_or_model, onnx.ModelProto):
         model = onnx.ModelProto()
         model.CopyFrom(path_or_model)
+        _drop_weight_data(model.graph)
         return model, model.graph.name or "onnx model", ""
     path = os.fspath(path_or_model)
     if not os.path.isfile(path):
@@ -97,11 +112,28 @@ def _load(path_or_model) -> tuple[onnx.ModelProto, str, str]:
         raise ValueError(f"{path} is not a readable ONNX model: {_first_line(error)}") from error
     if not model.graph.node:
         raise ValueError(f"{path} is not a readable ONNX model: it holds no graph nodes")
+    _drop_weight_data(model.graph)
     return model, os.path.splitext(os.path.basename(path))[0], os.path.dirname(os.path.abspath(path))
 
 
-def _set_input_shapes(inputs: list, input_shape, label: str) -> None:
-    shapes = [input_shape] if isinstance(input_shape[0], int) else list(input_shape)
+def _drop_weight_data(graph: onnx.GraphProto) -> None:
+    """Clear the data of initializers over :data:`_VALUE_LIMIT` elements (their dims
+    stay): shape inference then handles a small model, however large the weights."""
+    for tensor in graph.initializer:
+        if numel(tensor.dims) > _VALUE_LIMIT:
+            for data in ("raw_data", "float_data", "double_data", "int32_data", "int64_data",
+                         "uint64_data", "string_data"):
+                tensor.ClearField(data)
+
+
+def _initializer_names(graph: onnx.GraphProto) -> set[str]:
+    return {t.name for t in graph.initializer} | {t.values.name for t in graph.sparse_initializer}
+
+
+def _replace_input_shapes(graph: onnx.GraphProto, inputs: list, input_shape, label: str) -> None:
+    """Give the inputs the shapes of ``input_shape`` and drop the exporter's shape
+    annotations of the other tensors, which describe the old input shapes."""
+    shapes = [input_shape] if input_shape and isinstance(input_shape[0], int) else list(input_shape)
     if len(shapes) != len(inputs):
         raise ValueError(f"{label} has {len(inputs)} input(s) ({', '.join(v.name for v in inputs)}) "
                          f"but input_shape gives {len(shapes)} shape(s)")
@@ -115,6 +147,9 @@ def _set_input_shapes(inputs: list, input_shape, label: str) -> None:
         declared.ClearField("dim")
         for size in shape:
             declared.dim.add().dim_value = size
+    del graph.value_info[:]
+    for value in graph.output:
+        value.type.tensor_type.ClearField("shape")
 
 
 def _infer_shapes(model: onnx.ModelProto, label: str, overridden: bool) -> onnx.ModelProto:
@@ -138,12 +173,17 @@ class _Tensors:
         self.initializers = {tensor.name: tensor for tensor in graph.initializer}
         for tensor in graph.initializer:
             self.types[tensor.name] = (tensor.data_type, tuple(int(d) for d in tensor.dims))
+        for sparse in graph.sparse_initializer:
+            self.types[sparse.values.name] = (sparse.values.data_type, tuple(int(d) for d in sparse.dims))
         self.constant_nodes = {node.output[0]: node for node in graph.node
                                if node.op_type == "Constant" and node.domain in _STANDARD_DOMAINS}
 
+    def known_shape(self, name: str) -> Shape | None:
+        return self.types.get(name, (0, None))[1]
+
     def shape(self, name: str, where: str) -> Shape:
         """The static shape of a tensor; ``where`` names the node for the error."""
-        shape = self.types.get(name, (0, None))[1]
+        shape = self.known_shape(name)
         if shape is None:
             raise TraceError(f"{self.label}: tensor '{name}' of {where} has no static shape after "
                              f"ONNX shape inference (a dynamic or non-tensor value); pass "
@@ -154,7 +194,10 @@ class _Tensors:
         return self.types.get(name, (0, None))[0] in _FLOAT_TYPES
 
     def value(self, name: str) -> np.ndarray | None:
-        """The value of an initializer or ``Constant`` output, else None."""
+        """The value of a small initializer or ``Constant`` output, else None."""
+        shape = self.known_shape(name)
+        if shape is None or numel(shape) > _VALUE_LIMIT:
+            return None
         if name in self.initializers:
             return numpy_helper.to_array(self.initializers[name], self.base_dir)
         node = self.constant_nodes.get(name)
@@ -166,24 +209,87 @@ class _Tensors:
         return np.asarray(value) if isinstance(value, (int, float, list)) else None
 
 
-def _build_layers(graph: onnx.GraphProto, tensors: _Tensors, label: str) -> list[Layer]:
-    """One layer per node that reads an activation, in graph (topological) order."""
-    defined = {"", *(value.name for value in graph.input), *tensors.initializers}
-    # activation name -> the layer producing it ("" for a graph input)
-    producers = {value.name: "" for value in graph.input if value.name not in tensors.initializers}
-    names: set[str] = set()
-    layers: list[Layer] = []
+def _layer_nodes(graph: onnx.GraphProto, label: str) -> Iterator[tuple[int, onnx.NodeProto]]:
+    """(index, node) of the nodes that are layers: those reading an activation, less the
+    shape queries. Raises :class:`TraceError` for a node reading an undefined tensor."""
+    initializers = _initializer_names(graph)
+    activations = {value.name for value in graph.input if value.name not in initializers}
+    defined = {"", *activations, *initializers}
     for index, node in enumerate(graph.node):
         for name in node.input:
             if name not in defined:
                 raise TraceError(f"{label}: node '{node.name or index}' ({node.op_type}) reads '{name}', "
                                  f"which no earlier node produces (the graph is not topologically sorted)")
         defined.update(node.output)
-        reads_activation = any(name in producers for name in node.input)
-        if not reads_activation or node.op_type in _SHAPE_QUERIES:
-            continue  # a constant computation or a shape query: its outputs are constants
+        if node.op_type not in _SHAPE_QUERIES and any(name in activations for name in node.input):
+            activations.update(output for output in node.output if output)
+            yield index, node
+
+
+def _layer_shapes_known(graph: onnx.GraphProto, tensors: _Tensors, label: str) -> bool:
+    """Whether every tensor a layer reads or writes has a static shape."""
+    return all(tensors.known_shape(name) is not None
+               for _, node in _layer_nodes(graph, label) for name in [*node.input, *node.output] if name)
+
+
+def _fold_constants(model: onnx.ModelProto, tensors: _Tensors, label: str) -> onnx.ModelProto:
+    """A copy of ``model`` whose constant computations are replaced by initializers.
+
+    Constant computations are the nodes that are not layers; shape queries of statically
+    shaped activations count as constants. Nodes reading or writing large tensors
+    (weights) or that ``onnx.reference`` cannot run are kept as they are.
+    """
+    layer_nodes = {index for index, _ in _layer_nodes(model.graph, label)}
+    opsets = {entry.domain: entry.version for entry in model.opset_import}
+    values: dict[str, np.ndarray] = {}
+    kept: list[onnx.NodeProto] = []
+    for index, node in enumerate(model.graph.node):
+        outputs = None if index in layer_nodes else _evaluate(node, values, tensors, opsets)
+        if outputs is None:
+            kept.append(node)
+        else:
+            values.update(outputs)
+    folded = onnx.ModelProto()
+    folded.CopyFrom(model)
+    del folded.graph.node[:]
+    folded.graph.node.extend(kept)
+    folded.graph.initializer.extend(numpy_helper.from_array(value, name) for name, value in values.items())
+    return folded
+
+
+def _evaluate(node: onnx.NodeProto, values: dict[str, np.ndarray], tensors: _Tensors,
+              opsets: dict[str, int]) -> dict[str, np.ndarray] | None:
+    """The output values of a constant node, or None when they cannot be computed."""
+    if node.op_type in _SHAPE_QUERIES:
+        shape = tensors.known_shape(node.input[0])
+        if shape is None:
+            return None
+        if node.op_type == "Size":
+            return {node.output[0]: np.array(numel(shape), dtype=np.int64)}
+        attributes = {a.name: a.i for a in node.attribute}
+        dims = shape[attributes.get("start", 0):attributes.get("end", len(shape))]
+        return {node.output[0]: np.array(dims, dtype=np.int64)}
+    try:
+        inputs = {name: values[name] if name in values else tensors.value(name) for name in node.input if name}
+        if any(value is None for value in inputs.values()):
+            return None
+        results = [np.asarray(r) for r in ReferenceEvaluator(node, opsets=opsets).run(None, inputs)]
+    except Exception:  # noqa: BLE001 - unreadable data or an op the reference runtime lacks
+        return None
+    if any(result.size > _VALUE_LIMIT for result in results):
+        return None
+    return {name: result for name, result in zip(node.output, results) if name}
+
+
+def _build_layers(graph: onnx.GraphProto, tensors: _Tensors, label: str) -> list[Layer]:
+    """One layer per node that reads an activation, in graph (topological) order."""
+    # activation name -> the layer producing it ("" for a graph input)
+    producers = {value.name: "" for value in graph.input if value.name not in _initializer_names(graph)}
+    names: set[str] = set()
+    layers: list[Layer] = []
+    for index, node in _layer_nodes(graph, label):
         name = _unique(node.name or f"{node.op_type}_{index}", names)
-        layers.append(_build_layer(node, name, tensors, producers, label))
+        layers.append(_build_layer(node, name, tensors, producers))
         producers.update((output, name) for output in node.output if output)
     return layers
 
@@ -196,9 +302,10 @@ def _unique(name: str, taken: set[str]) -> str:
     return candidate
 
 
-def _build_layer(node: onnx.NodeProto, name: str, tensors: _Tensors,
-                 producers: dict[str, str], label: str) -> Layer:
-    where = f"node '{node.name or name}' ({node.op_type}) in {label}"
+def _build_layer(node: onnx.NodeProto, name: str, tensors: _Tensors, producers: dict[str, str]) -> Layer:
+    """Kind, attributes, counts and parents of one node; ``producers`` maps activations
+    to the layers writing them."""
+    where = f"node '{node.name or name}' ({node.op_type})"
     in_shapes: list[Shape] = []
     is_weight: list[bool] = []
     parents: list[str] = []

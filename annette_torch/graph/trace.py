@@ -13,6 +13,7 @@ works, :class:`TraceError` names the module, the failing call and what to do.
 """
 from __future__ import annotations
 
+import operator
 import warnings
 from typing import Sequence
 
@@ -35,11 +36,22 @@ def _as_inputs(input_shape, example_inputs, device: str) -> list[torch.Tensor]:
         return [t.to("meta") if device == "meta" and isinstance(t, torch.Tensor) else t for t in tensors]
     if input_shape is None:
         raise ValueError("trace() needs input_shape=(N, C, H, W) (or a list of shapes) or example_inputs=(...)")
-    shapes = [input_shape] if isinstance(input_shape[0], int) else list(input_shape)
-    for shape in shapes:
-        if not all(isinstance(d, int) and d > 0 for d in shape):
-            raise ValueError(f"input_shape must hold positive integers, got {tuple(shape)}")
-    return [torch.zeros(tuple(shape), device=device) for shape in shapes]
+    if isinstance(input_shape, (int, str)) or len(input_shape) == 0:
+        raise ValueError(f"input_shape must be a shape like (1, 3, 224, 224) or a list of shapes, "
+                         f"got {input_shape!r}")
+    one_shape = not isinstance(input_shape[0], (tuple, list, torch.Size))
+    return [torch.zeros(shape, device=device) for shape in map(_shape, [input_shape] if one_shape else input_shape)]
+
+
+def _shape(shape) -> tuple[int, ...]:
+    """A tuple of positive ints (numpy and torch integers are fine), else ValueError."""
+    try:
+        dims = tuple(operator.index(d) for d in shape)
+    except TypeError:
+        dims = ()
+    if not dims or any(isinstance(d, bool) or d <= 0 for d in dims):
+        raise ValueError(f"input_shape must hold positive integers, got {tuple(shape) if isinstance(shape, (tuple, list)) else shape!r}")
+    return dims
 
 
 def _is_meta_limitation(error: BaseException) -> bool:
@@ -60,7 +72,9 @@ def trace(model: nn.Module, input_shape: ShapeLike | Sequence[ShapeLike] | None 
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"trace() takes an nn.Module, got {type(model).__name__}")
-    leaves = tuple(leaf_modules)
+    leaves = (leaf_modules,) if isinstance(leaf_modules, type) else tuple(leaf_modules)
+    if not all(isinstance(leaf, type) and issubclass(leaf, nn.Module) for leaf in leaves):
+        raise TypeError(f"leaf_modules takes nn.Module classes, got {leaf_modules!r}")
     label = name or type(model).__name__
     meta_inputs = _as_inputs(input_shape, example_inputs, "meta")
     real_device = next((p.device for p in model.parameters()), torch.device("cpu"))
@@ -68,10 +82,11 @@ def trace(model: nn.Module, input_shape: ShapeLike | Sequence[ShapeLike] | None 
         real_device = torch.device("cpu")
 
     def graph(layers, method: str) -> LayerGraph:
-        return LayerGraph(layers, tuple(tuple(t.shape) for t in meta_inputs), method, label)
+        shapes = tuple(tuple(t.shape) for t in meta_inputs if isinstance(t, torch.Tensor))
+        return LayerGraph(layers, shapes, method, label)
 
     try:
-        fx_graph = symbolic_trace(model, leaves)
+        fx_graph = symbolic_trace(model, leaves, len(meta_inputs))
     except Exception as fx_error:  # noqa: BLE001 - FX failures lead to the eager fallback
         fx_graph = None
         fx_failure = fx_error

@@ -47,11 +47,36 @@ class Recurrent(LayerKind):
         gates, hidden = _GATES.get(attrs["mode"], 1), attrs["hidden_size"]
         directions = 2 if attrs["bidirectional"] else 1
         recurrent = attrs["proj_size"] or hidden
+        projection = hidden * recurrent if attrs["proj_size"] else 0
         macs, width = 0, attrs["input_size"]
         for _ in range(attrs["num_layers"]):
-            macs += gates * hidden * (width + recurrent) + (hidden * recurrent if attrs["proj_size"] else 0)
+            macs += gates * hidden * (width + recurrent) + projection
             width = recurrent * directions
         return 2.0 * steps * batch * directions * macs
+
+    def meta_output(self, attrs, tensors):
+        """The outputs' shapes without running the time steps (which meta runs op by op)."""
+        if len(tensors) != 1:  # an initial state was given: let the real op check it
+            return None
+        x = tensors[0]
+        batched = x.dim() == (2 if attrs["cell"] else 3)
+        if x.dim() - batched != (1 if attrs["cell"] else 2) or x.shape[-1] != attrs["input_size"]:
+            raise ValueError(f"{attrs['mode']} expects input of size {attrs['input_size']} "
+                             f"in the last dim, got {tuple(x.shape)}")
+        hidden = attrs["hidden_size"]
+        out = attrs["proj_size"] or hidden
+        if attrs["cell"]:
+            state = (x.shape[0],) if batched else ()
+            h = x.new_empty(state + (hidden,))
+            return (h, x.new_empty(h.shape)) if attrs["mode"] == "LSTM" else h
+        directions = 2 if attrs["bidirectional"] else 1
+        batch, _ = self._batch_steps(attrs, tuple(x.shape))
+        layers = (directions * attrs["num_layers"],) + ((batch,) if batched else ())
+        output = x.new_empty(tuple(x.shape[:-1]) + (directions * out,))
+        h_n = x.new_empty(layers + (out,))
+        if attrs["mode"] == "LSTM":
+            return output, (h_n, x.new_empty(layers + (hidden,)))
+        return output, h_n
 
     def dims(self, attrs, in_shapes, out_shapes):
         batch, steps = self._batch_steps(attrs, in_shapes[0])
