@@ -3,13 +3,18 @@
 * linear: ops = 2 * rows * in_features * out_features (rows = all leading dims).
 * matmul (``@``, matmul, mm, bmm, addmm, baddbmm): ops = 2 * batch * M * K * N with
   broadcasting over batch dims; the addition in addmm/baddbmm is not counted.
-* einsum with two operands: ops = 2 * product of the sizes of all distinct indices.
+* einsum: the operands are contracted pairwise from left to right, as torch does (indices
+  only one operand has and nothing later needs are summed out first, for free); each
+  pair costs 2 * product of the sizes of its indices when it sums over one (a batched
+  matmul), or 1 * that product when it does not (an outer/elementwise product, a ``mul``).
+  One operand: one op per input element.
 
 Dimensions for the layer models: ``c`` = K (reduced), ``f`` = N (output features),
 ``h`` = M (rows), ``n`` = batch.
 """
 from __future__ import annotations
 
+import collections
 import math
 
 from torch import nn
@@ -89,27 +94,45 @@ class Einsum(LayerKind):
         equation = args[0] if isinstance(args[0], str) else kwargs["equation"]
         return {"equation": equation.replace(" ", "")}
 
-    def _sizes(self, attrs, in_shapes):
-        lhs = attrs["equation"].split("->")[0].split(",")
+    @staticmethod
+    def _terms(attrs, in_shapes) -> tuple[list[str], str, dict[str, int]]:
+        """Indices of each operand and of the output (``.`` stands for an ellipsis, sized
+        as the product of the dims it covers) and the size of every index."""
+        equation = attrs["equation"].replace("...", ".")
+        lhs, arrow, out = equation.partition("->")
+        terms = lhs.split(",")
         sizes: dict[str, int] = {}
-        for term, shape in zip(lhs, in_shapes):
-            if "..." in term:
-                head, tail = term.split("...")
+        for term, shape in zip(terms, in_shapes):
+            shape = tuple(int(d) for d in shape)
+            if "." in term:
+                head, tail = term.split(".")
                 n_ell = len(shape) - len(head) - len(tail)
-                sizes["..."] = max(sizes.get("...", 1), math.prod(shape[len(head):len(head) + n_ell]))
-                term, shape = head + tail, shape[:len(head)] + shape[len(head) + n_ell:]
+                shape = shape[:len(head)] + (math.prod(shape[len(head):len(head) + n_ell]),) + shape[len(head) + n_ell:]
             for letter, size in zip(term, shape):
-                sizes[letter] = max(sizes.get(letter, 1), int(size))
-        return sizes
+                sizes[letter] = max(sizes.get(letter, 1), size)
+        if not arrow:  # implicit output: the indices used once, ellipsis first, then sorted
+            counts = collections.Counter("".join(terms))
+            out = ("." if "." in counts else "") + "".join(sorted(k for k, v in counts.items() if v == 1 and k != "."))
+        return terms, out, sizes
 
     def count_ops(self, attrs, in_shapes, out_shapes):
-        sizes = self._sizes(attrs, in_shapes)
-        factor = 2.0 if len(in_shapes) > 1 else 1.0
-        return factor * math.prod(sizes.values())
+        terms, out, sizes = self._terms(attrs, in_shapes)
+        if len(terms) == 1:
+            return float(math.prod(sizes[i] for i in set(terms[0])))
+        ops, left = 0.0, set(terms[0])
+        for i, term in enumerate(terms[1:], start=1):
+            later = set(out).union(*terms[i + 1:])
+            right = set(term)
+            left, right = ({d for d in left if d in right or d in later},
+                           {d for d in right if d in left or d in later})
+            contracted = {d for d in left & right if d not in later}
+            ops += (2.0 if contracted else 1.0) * math.prod(sizes[d] for d in left | right)
+            left = (left | right) - contracted
+        return ops
 
     def dims(self, attrs, in_shapes, out_shapes):
         out = out_shapes[0]
-        sizes = self._sizes(attrs, in_shapes)
-        reduced = math.prod(v for k, v in sizes.items() if k not in attrs["equation"].split("->")[-1])
+        _, out_indices, sizes = self._terms(attrs, in_shapes)
+        reduced = math.prod(v for k, v in sizes.items() if k not in out_indices)
         return {"n": out[0] if out else 1, "h": math.prod(out[1:-1]) if len(out) > 2 else 1,
                 "w": 1, "c": reduced, "f": out[-1] if out else 1}
