@@ -89,11 +89,14 @@ class LayerGraph:
     def unknown_layers(self) -> list[Layer]:
         return [layer for layer in self.layers if layer.kind == "unknown"]
 
-    def total(self, feature: str, kinds: tuple[str, ...] | None = None) -> float:
-        """Sum of one feature (e.g. ``ops``) over all layers or over some kinds."""
+    def total(self, feature: str, kinds: str | tuple[str, ...] | None = None) -> float:
+        """Sum of one feature (e.g. ``ops``) over all layers or over some kinds (one name
+        or several)."""
         column = self.features[:, FEATURES.index(feature)]
         if kinds is None:
             return float(column.sum())
+        if isinstance(kinds, str):
+            kinds = (kinds,)
         mask = np.array([layer.kind in kinds for layer in self.layers], dtype=bool)
         return float(column[mask].sum()) if len(mask) else 0.0
 
