@@ -4,7 +4,9 @@ Builds the smallest variant of many timm families (``pretrained=False``, in eval
 on the meta device when the model can be built and traced there, else on the CPU),
 traces each at its default input size and prints one row per model: the capture
 method, the number of layers, the layers of kind ``unknown`` and the ops behind them,
-the trace time and the error if tracing failed. It ends with the share of models that
+the trace time, the ratio of counted product ops (conv, linear, matmul, attention, rnn)
+to ``torch.utils.flop_counter`` on the same meta forward pass, and the error if tracing
+failed. It ends with the share of models that
 trace with no unknown kinds and, for the others, why.
 
 Each model runs in a worker process with a time limit, so one pathological model can't
@@ -77,12 +79,29 @@ MODELS: tuple[str, ...] = (
 
 #: Seconds a new worker process may take to import torch, timm and annette_torch.
 STARTUP_TIMEOUT = 120.0
-COLUMNS = ("model", "device", "method", "layers", "unknown", "unknown_ops", "trace_s", "error")
+COLUMNS = ("model", "device", "method", "layers", "unknown", "unknown_ops", "trace_s", "ops_vs_fc",
+           "error")
 
 
 def _failed(name: str, reason: str) -> dict:
     return {"model": name, "device": "", "method": "", "layers": 0, "unknown": 0,
-            "unknown_ops": "", "trace_s": 0.0, "error": reason}
+            "unknown_ops": "", "trace_s": 0.0, "ops_vs_fc": "", "error": reason}
+
+
+def _flop_counter_ratio(graph, model, shape) -> str:
+    """Counted product ops / torch's flop counter on the same meta forward pass (checks
+    that the traced graph holds the network's real work; "" when not on meta)."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from annette_torch.kinds import PRODUCT_KINDS
+
+    if any(p.device.type != "meta" for p in model.parameters()):
+        return ""
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        model(torch.zeros(shape, device="meta"))
+    reference = counter.get_total_flops()
+    return f"{graph.total('ops', kinds=PRODUCT_KINDS) / reference:.4f}" if reference else ""
 
 
 def _input_shape(model) -> tuple[int, ...]:
@@ -107,7 +126,8 @@ def _trace_on(name: str, device: str) -> dict:
     return {"device": device, "method": graph.method, "layers": len(graph),
             "unknown": sum(ops.values()),
             "unknown_ops": " ".join(f"{op}x{n}" for op, n in ops.most_common()),
-            "trace_s": round(seconds, 2), "error": ""}
+            "trace_s": round(seconds, 2), "ops_vs_fc": _flop_counter_ratio(graph, model, shape),
+            "error": ""}
 
 
 def measure(name: str) -> dict:
@@ -186,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     widths = {"model": 32, "device": 6, "method": 10, "layers": 6, "unknown": 7,
-              "unknown_ops": 40, "trace_s": 7}
+              "unknown_ops": 40, "trace_s": 7, "ops_vs_fc": 9}
     print(" ".join(c.ljust(widths[c]) for c in COLUMNS[:-1]), "error", flush=True)
     runner = Runner(args.timeout)
     rows = []
@@ -209,6 +229,13 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         if r not in clean:
             print(f"  {r['model']}: {r['error'] or 'unknown ops: ' + r['unknown_ops']}")
+    ratios = [float(r["ops_vs_fc"]) for r in clean if r["ops_vs_fc"]]
+    within = [x for x in ratios if abs(x - 1) <= 0.01]
+    print(f"product ops vs torch.utils.flop_counter: {len(within)}/{len(ratios)} models within 1% "
+          f"(ratio range {min(ratios, default=0):.4f} .. {max(ratios, default=0):.4f})")
+    for r in clean:
+        if r["ops_vs_fc"] and abs(float(r["ops_vs_fc"]) - 1) > 0.01:
+            print(f"  {r['model']}: counted / flop counter = {r['ops_vs_fc']}")
     return 0 if len(clean) == len(rows) else 1
 
 

@@ -10,9 +10,7 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-#: Layer kinds whose work ``torch.utils.flop_counter`` counts as well (the products).
-COUNTED_KINDS = ("conv", "depthwise_conv", "conv_transpose", "linear", "matmul", "einsum",
-                 "attention", "multihead_attention", "window_attention")
+from annette_torch.kinds import PRODUCT_KINDS as COUNTED_KINDS  # what the flop counter counts too
 
 
 def reference_flops(model: nn.Module, *shapes_or_tensors) -> float:
