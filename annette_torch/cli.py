@@ -1,7 +1,7 @@
 """``annette-torch``: estimate a model from the command line, list profiles.
 
     annette-torch estimate torchvision:resnet50 [--profile P] [--input-shape 1,3,224,224]
-                  [--csv FILE] [--plot FILE.png] [--no-mapping]
+                  [--csv FILE] [--plot FILE.png] [--model-type T] [--no-mapping] [--all]
     annette-torch profiles
 """
 from __future__ import annotations
@@ -48,7 +48,7 @@ def _print_report(report: pd.DataFrame, full: bool) -> None:
 def cmd_estimate(args: argparse.Namespace) -> int:
     from .models_source import resolve_model
 
-    estimator = Estimator(args.profile, use_mapping=not args.no_mapping)
+    estimator = Estimator(args.profile, model_type=args.model_type, use_mapping=not args.no_mapping)
     resolved = resolve_model(args.model, args.input_shape)
     if resolved.graph is not None:
         target = resolved.graph
@@ -81,10 +81,10 @@ def cmd_profiles(args: argparse.Namespace) -> int:
         print(f"{name}{default}: {profile.description}")
         print(f"    backend={fp['backend']} device={fp['device']!r} runtime={fp['runtime_version']!r} "
               f"threads={fp['threads']} precision={fp['precision']}")
-        kinds = sorted(k for k in profile.layer_models if k != "default")
-        types = sorted({m.type_name for m in profile.layer_models.values()})
-        print(f"    layer models ({', '.join(types)}) for: default, {', '.join(kinds)}; "
-              f"{len(profile.mapping)} fusion rules")
+        for type_name, models in profile.layer_models.items():
+            print(f"    {type_name}: {', '.join(models)}")
+        print(f"    preference: {' > '.join(profile.model_preference)}; {len(profile.mapping)} fusion rules; "
+              f"overhead {profile.overhead_ms:g} ms")
     return 0
 
 
@@ -98,6 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     est.add_argument("--input-shape", type=_shape, help="e.g. 1,3,224,224 (default: the model's own)")
     est.add_argument("--csv", help="write the per-kernel table to this CSV file")
     est.add_argument("--plot", help="write a time-breakdown and roofline chart to this PNG file")
+    est.add_argument("--model-type", help="use this layer-model type (e.g. roofline) instead of the profile's preference")
     est.add_argument("--no-mapping", action="store_true", help="skip the fusion rules (each layer is a kernel)")
     est.add_argument("--all", action="store_true", help="also list free kernels (views, identity, dropout)")
     est.set_defaults(func=cmd_estimate)

@@ -39,24 +39,33 @@ class KernelTimes:
     time_ms: np.ndarray
     compute_bound: np.ndarray
     bytes_moved: np.ndarray
-    model_entry: list[str]   # which profile entry answered each kernel
+    model_type: list[str]    # which layer-model type answered each kernel ("free" for free ones)
+    model_entry: list[str]   # which profile entry (kernel kind or "default") answered it
 
 
 class Estimator:
     """Estimate network execution time on the target a profile describes.
 
     ``profile``: a built-in profile name (see ``annette-torch profiles``), a path to a
-    profile JSON file, or a :class:`Profile`. ``use_mapping=False`` skips the fusion
-    rules (every layer is its own kernel), for comparing against the stacked model.
+    profile JSON file, or a :class:`Profile`. ``model_type`` picks one layer-model type
+    (e.g. ``"roofline"``) instead of the profile's preference; kinds it has no entry for
+    use the roofline. ``use_mapping=False`` skips the fusion rules (every layer is its
+    own kernel), for comparing against the stacked model.
     """
 
-    def __init__(self, profile: str | Profile = DEFAULT_PROFILE, use_mapping: bool = True) -> None:
+    def __init__(self, profile: str | Profile = DEFAULT_PROFILE, model_type: str | None = None,
+                 use_mapping: bool = True) -> None:
         self.profile = load_profile(profile)
+        if model_type is not None and model_type not in self.profile.layer_models:
+            raise ValueError(f"profile {self.profile.name!r} has no {model_type!r} layer models; "
+                             f"it has: {', '.join(self.profile.model_types())}")
+        self.model_type = model_type
         self.use_mapping = use_mapping
         self._rules = self.profile.mapping if use_mapping else ()
 
     def __repr__(self) -> str:
-        return f"Estimator(profile={self.profile.name!r}, use_mapping={self.use_mapping})"
+        return (f"Estimator(profile={self.profile.name!r}, model_type={self.model_type!r}, "
+                f"use_mapping={self.use_mapping})")
 
     def graph_of(self, model: nn.Module | LayerGraph, input_shape=None, example_inputs=None) -> LayerGraph:
         if isinstance(model, LayerGraph):
@@ -69,21 +78,21 @@ class Estimator:
         time_ms = np.zeros(len(table))
         bound = np.zeros(len(table), dtype=bool)
         moved = np.zeros(len(table))
+        types = [""] * len(table)
         entries = [""] * len(table)
         for kind, rows in table.groups.items():
-            entry, model = self.profile.model_for(kind)
+            type_name, entry, model = self.profile.model_for(kind, self.model_type)
             feats = table.features[rows]
             seconds, compute = model.predict(feats)
             time_ms[rows] = seconds * 1e3
             bound[rows] = compute
             moved[rows] = model.bytes_moved(feats)
             for r in rows:
-                entries[r] = entry
-        if table.free.any():
-            time_ms[table.free] = 0.0
-            moved[table.free] = 0.0
+                types[r], entries[r] = type_name, entry
+        for r in np.flatnonzero(table.free):
+            time_ms[r], moved[r], types[r] = 0.0, 0.0, "free"
         self._warn_unknown(graph, table)
-        return KernelTimes(table, time_ms, bound, moved, entries)
+        return KernelTimes(table, time_ms, bound, moved, types, entries)
 
     def __call__(self, model: nn.Module | LayerGraph, input_shape=None, example_inputs=None) -> float:
         """Estimated time of one inference in milliseconds (kernels + per-inference overhead)."""
@@ -100,9 +109,6 @@ class Estimator:
         graph = self.graph_of(model, input_shape, example_inputs)
         times = self.kernel_times(graph)
         table = times.table
-        model_type = []
-        for entry, free in zip(times.model_entry, table.free):
-            model_type.append("free" if free else self.profile.layer_models[entry].type_name)
         bound = np.where(table.free, "free", np.where(times.compute_bound, "compute", "memory"))
         layers = {layer.name: layer for layer in graph.layers}
         frame = pd.DataFrame({
@@ -116,7 +122,7 @@ class Estimator:
             "ops": table.features[:, FEATURES.index("ops")],
             "bytes": times.bytes_moved,
             "time_ms": times.time_ms,
-            "layer_model": model_type,
+            "layer_model": times.model_type,
             "profile_entry": times.model_entry,
             "bound": bound,
         })

@@ -37,8 +37,9 @@ def plot_report(report: pd.DataFrame, profile: Profile, path: str | Path) -> Pat
     if len(timed):
         x = np.logspace(np.log10(max(intensity.min() / 4, 1e-3)), np.log10(intensity.max() * 4), 100)
         lines: dict[tuple[float, float], list[str]] = {}
-        for entry in dict.fromkeys(["default"] + list(timed["profile_entry"])):
-            model = profile.layer_models[entry]
+        used = dict.fromkeys([("roofline", "default")] + list(zip(timed["layer_model"], timed["profile_entry"])))
+        for type_name, entry in used:
+            model = profile.layer_models[type_name][entry]
             if hasattr(model, "peak_ops_s"):
                 lines.setdefault((model.peak_ops_s, model.bandwidth_bytes_s), []).append(entry)
         for (peak, bandwidth), entries in lines.items():

@@ -26,13 +26,15 @@ def test_builtin_profiles_load_with_fingerprints_and_notes():
     for name in ("zcu102-dpu", "ncs2-myriad"):
         profile = load_profile(name)
         assert set(profile.fingerprint) >= {"backend", "device", "runtime_version", "threads", "precision"}
-        assert profile.mapping and "default" in profile.layer_models
+        assert profile.mapping and "default" in profile.layer_models["roofline"]
         assert any("not available" in note for note in profile.notes)  # regressors missing, said so
-        assert profile.layer_models["conv"].type_name == "refined_roofline"
+        assert set(profile.layer_models) == {"roofline", "refined_roofline"}
+        assert profile.model_preference == ("refined_roofline", "roofline")
+        assert profile.layer_models["refined_roofline"]["conv"].unroll
 
 
 def test_zcu102_conv_model_carries_the_published_parameters():
-    conv = load_profile("zcu102-dpu").layer_models["conv"]
+    conv = load_profile("zcu102-dpu").layer_models["refined_roofline"]["conv"]
     assert conv.peak_ops_s == PUBLISHED_ZCU102_CONV["peak_ops_s"]
     assert conv.bandwidth_bytes_s == PUBLISHED_ZCU102_CONV["bandwidth_bytes_s"]
     for dim in ("f", "c", "h"):
@@ -96,6 +98,21 @@ def test_unknown_kind_falls_back_to_roofline_with_one_warning_naming_it():
     assert ms == pytest.approx(report["time_ms"].sum())
 
 
+def test_model_type_selects_published_roofline_and_falls_back_per_kind(resnet18_graph):
+    refined = Estimator("zcu102-dpu").report(resnet18_graph)
+    roofline = Estimator("zcu102-dpu", model_type="roofline").report(resnet18_graph)
+    assert set(roofline["layer_model"]) <= {"roofline", "free"}
+    convs = refined["kind"] == "conv"
+    assert (refined.loc[convs, "layer_model"] == "refined_roofline").all()
+    # unrolling losses only slow kernels down: refined >= roofline for every conv
+    assert (refined.loc[convs, "time_ms"].values >= roofline.loc[convs, "time_ms"].values - 1e-12).all()
+    # ZCU102's refined set has no relu entry: relu kernels fall back to the roofline default
+    relu = Estimator("zcu102-dpu", use_mapping=False).report(resnet18_graph)
+    assert set(relu.loc[relu["kind"] == "relu", "profile_entry"]) == {"default"}
+    with pytest.raises(ValueError, match="has no 'statistical' layer models"):
+        Estimator("zcu102-dpu", model_type="statistical")
+
+
 def test_unknown_profile_lists_the_available_ones():
     with pytest.raises(ProfileError, match="available: .*ncs2-myriad.*zcu102-dpu"):
         Estimator("no-such-board")
@@ -105,8 +122,11 @@ def test_unknown_profile_lists_the_available_ones():
     (lambda d: d.update(version=99), "version"),
     (lambda d: d.update(format="something"), "format"),
     (lambda d: d["fingerprint"].pop("backend"), "fingerprint"),
-    (lambda d: d["layer_models"].pop("default"), "layer_models"),
-    (lambda d: d["layer_models"]["conv"].update(peak_ops_s="fast"), "layer_models.conv"),
+    (lambda d: d["layer_models"]["roofline"].pop("default"), "layer_models"),
+    (lambda d: d["layer_models"]["refined_roofline"]["conv"].update(peak_ops_s="fast"),
+     "layer_models.refined_roofline.conv"),
+    (lambda d: d["layer_models"].update(magic={}), "layer_models.magic"),
+    (lambda d: d.update(model_preference=["statistical"]), "model_preference"),
     (lambda d: d["mapping"].append({"primary": "conv"}), "mapping[8]"),
     (lambda d: d.update(overhead_ms=-1), "overhead_ms"),
 ])

@@ -124,12 +124,13 @@ def test_torch_path_equals_numpy_path_and_has_gradients():
     assert torch.isfinite(tensor.grad).all() and tensor.grad.abs().sum() > 0
 
 
-@pytest.mark.parametrize("data, message", [
-    ({"peak_ops_s": 1}, "type"),
-    ({"type": "magic"}, "unknown layer model type"),
-    ({"type": "roofline", "peak_ops_s": -1, "bandwidth_bytes_s": 1}, "positive"),
-    ({"type": "refined_roofline", "peak_ops_s": 1, "bandwidth_bytes_s": 1, "unroll": {"q": {"par": 2, "alpha": 0}}}, "unroll"),
+@pytest.mark.parametrize("type_name, data, message", [
+    ("roofline", {"peak_ops_s": 1}, "bandwidth_bytes_s"),
+    ("magic", {}, "unknown layer model type"),
+    ("roofline", [1, 2], "expected an object"),
+    ("roofline", {"peak_ops_s": -1, "bandwidth_bytes_s": 1}, "positive"),
+    ("refined_roofline", {"peak_ops_s": 1, "bandwidth_bytes_s": 1, "unroll": {"q": {"par": 2, "alpha": 0}}}, "unroll"),
 ])
-def test_invalid_layer_model_data_is_named(data, message):
-    with pytest.raises(ValueError, match=message):
-        layer_model_from_dict(data, where="layer_models.conv")
+def test_invalid_layer_model_data_is_named(type_name, data, message):
+    with pytest.raises(ValueError, match=f"layer_models.conv: .*{message}"):
+        layer_model_from_dict(type_name, data, where="layer_models.conv")

@@ -40,6 +40,7 @@ class LayerModel:
         return features[:, COLUMN["input_elems"]] * 0.0
 
     def to_dict(self) -> dict:
+        """JSON parameters (the type is the key the profile stores them under)."""
         raise NotImplementedError
 
     @classmethod
@@ -47,14 +48,14 @@ class LayerModel:
         raise NotImplementedError
 
 
-def layer_model_from_dict(data: dict, where: str = "layer model") -> LayerModel:
-    """Build a layer model from its JSON dict; errors name ``where`` and the field."""
-    if not isinstance(data, dict) or "type" not in data:
-        raise ValueError(f"{where}: expected an object with a 'type' field")
-    kind = data["type"]
-    if kind not in LAYER_MODELS:
-        raise ValueError(f"{where}: unknown layer model type {kind!r} (known: {sorted(LAYER_MODELS)})")
+def layer_model_from_dict(type_name: str, data: dict, where: str = "layer model") -> LayerModel:
+    """Build a layer model of a registered type from its JSON parameters; errors name
+    ``where`` and what is wrong."""
+    if type_name not in LAYER_MODELS:
+        raise ValueError(f"{where}: unknown layer model type {type_name!r} (known: {sorted(LAYER_MODELS)})")
+    if not isinstance(data, dict):
+        raise ValueError(f"{where}: expected an object of {type_name} parameters")
     try:
-        return LAYER_MODELS[kind].from_dict(data)
+        return LAYER_MODELS[type_name].from_dict(data)
     except (KeyError, TypeError, ValueError) as error:
-        raise ValueError(f"{where}: invalid {kind} parameters ({error})") from error
+        raise ValueError(f"{where}: invalid {type_name} parameters ({error})") from error

@@ -61,7 +61,7 @@ class Roofline(LayerModel):
         return xp.maximum(compute, memory), compute >= memory
 
     def to_dict(self) -> dict:
-        return {"type": self.type_name, "peak_ops_s": self.peak_ops_s,
+        return {"peak_ops_s": self.peak_ops_s,
                 "bandwidth_bytes_s": self.bandwidth_bytes_s, "bit_act": self.bit_act,
                 "bit_weights": self.bit_weights}
 

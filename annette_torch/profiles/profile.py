@@ -12,11 +12,18 @@ Format ``annette_torch.profile`` version 1 (loading never executes code)::
       "mapping": [{"primary": "conv", "secondary": "relu", "result": "conv",
                    "condition": [{"layer": "secondary", "attr": "kernel_size",
                                   "op": "==", "value": 2}]}, ...],
-      "layer_models": {"default": {"type": "roofline", ...},   # kinds without an entry
-                       "conv": {"type": "refined_roofline", ...}, ...},
+      "layer_models": {                         # model type -> kernel kind -> parameters
+        "roofline": {"default": {...}, "conv": {...}, ...},   # required, with "default"
+        "refined_roofline": {"conv": {...}, ...}
+      },
+      "model_preference": ["refined_roofline", "roofline"],
       "fit_metrics": {...},                     # how well the models fit (if fitted)
       "notes": ["..."]                          # provenance and known gaps
     }
+
+A kernel of kind K is answered by the first model type in the preference (or the type
+the caller asks for) that has an entry for K; otherwise by the roofline entry for K, or
+the roofline ``default`` (as in ANNETTE, the roofline is always the fallback).
 """
 from __future__ import annotations
 
@@ -28,7 +35,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from ..layer_models import LayerModel, layer_model_from_dict
+from ..layer_models import LAYER_MODELS, LayerModel, layer_model_from_dict
 from ..mapping import FusionRule
 
 FORMAT = "annette_torch.profile"
@@ -46,7 +53,8 @@ class Profile:
 
     name: str
     fingerprint: dict[str, Any]
-    layer_models: dict[str, LayerModel]
+    layer_models: dict[str, dict[str, LayerModel]]   # model type -> kernel kind -> model
+    model_preference: tuple[str, ...] = ("roofline",)
     mapping: tuple[FusionRule, ...] = ()
     overhead_ms: float = 0.0
     description: str = ""
@@ -54,18 +62,29 @@ class Profile:
     notes: list[str] = field(default_factory=list)
     source: str = ""
 
-    def model_for(self, kernel_kind: str) -> tuple[str, LayerModel]:
-        """(entry name, layer model) answering ``kernel_kind``; falls back to ``default``."""
-        if kernel_kind in self.layer_models:
-            return kernel_kind, self.layer_models[kernel_kind]
-        return "default", self.layer_models["default"]
+    def model_for(self, kernel_kind: str, model_type: str | None = None) -> tuple[str, str, LayerModel]:
+        """(model type, entry, layer model) answering ``kernel_kind``: the requested type or
+        the preference order, then the roofline entry of that kind, then roofline ``default``."""
+        for type_name in (model_type,) if model_type else self.model_preference:
+            models = self.layer_models.get(type_name, {})
+            if kernel_kind in models:
+                return type_name, kernel_kind, models[kernel_kind]
+        roofline = self.layer_models["roofline"]
+        if kernel_kind in roofline:
+            return "roofline", kernel_kind, roofline[kernel_kind]
+        return "roofline", "default", roofline["default"]
+
+    def model_types(self) -> list[str]:
+        return list(self.layer_models)
 
     def to_dict(self) -> dict:
         return {
             "format": FORMAT, "version": VERSION, "name": self.name,
             "description": self.description, "fingerprint": dict(self.fingerprint),
             "overhead_ms": self.overhead_ms, "mapping": [r.to_dict() for r in self.mapping],
-            "layer_models": {k: m.to_dict() for k, m in self.layer_models.items()},
+            "layer_models": {t: {k: m.to_dict() for k, m in models.items()}
+                             for t, models in self.layer_models.items()},
+            "model_preference": list(self.model_preference),
             "fit_metrics": self.fit_metrics, "notes": list(self.notes),
         }
 
@@ -101,14 +120,25 @@ class Profile:
         if missing:
             raise fail("fingerprint", f"missing {missing}")
         models_data = data["layer_models"]
-        if not isinstance(models_data, dict) or "default" not in models_data:
-            raise fail("layer_models", "expected an object with a 'default' entry")
-        models = {}
-        for kind, entry in models_data.items():
-            try:
-                models[kind] = layer_model_from_dict(entry, where=f"layer_models.{kind}")
-            except ValueError as error:
-                raise ProfileError(f"profile {source}: field {error}") from None
+        if not isinstance(models_data, dict) or not isinstance(models_data.get("roofline"), dict) \
+                or "default" not in models_data["roofline"]:
+            raise fail("layer_models", "expected an object with a 'roofline' set that has a 'default' entry")
+        models: dict[str, dict[str, LayerModel]] = {}
+        for type_name, entries in models_data.items():
+            if type_name not in LAYER_MODELS:
+                raise fail(f"layer_models.{type_name}", f"unknown layer model type (known: {sorted(LAYER_MODELS)})")
+            if not isinstance(entries, dict):
+                raise fail(f"layer_models.{type_name}", "expected an object of kernel kind -> parameters")
+            models[type_name] = {}
+            for kind, entry in entries.items():
+                try:
+                    models[type_name][kind] = layer_model_from_dict(type_name, entry, f"layer_models.{type_name}.{kind}")
+                except ValueError as error:
+                    raise ProfileError(f"profile {source}: field {error}") from None
+        preference = data.get("model_preference", ["roofline"])
+        if not isinstance(preference, list) or not all(p in models for p in preference):
+            raise fail("model_preference", f"expected a list of model types present in layer_models "
+                                           f"({sorted(models)}), got {preference!r}")
         rules = []
         for i, entry in enumerate(data.get("mapping") or ()):
             try:
@@ -122,7 +152,7 @@ class Profile:
         if overhead < 0:
             raise fail("overhead_ms", "must not be negative")
         return cls(name=str(data["name"]), fingerprint=dict(data["fingerprint"]), layer_models=models,
-                   mapping=tuple(rules), overhead_ms=overhead, description=str(data.get("description", "")),
+                   model_preference=tuple(preference), mapping=tuple(rules), overhead_ms=overhead, description=str(data.get("description", "")),
                    fit_metrics=dict(data.get("fit_metrics") or {}), notes=list(data.get("notes") or []),
                    source=source)
 

@@ -3,9 +3,12 @@ ANNETTE parameters in ``annette-published/`` (a copy of the reference data).
 
     python calibration/published/build_board_profiles.py        # rewrites annette_torch/profiles/builtin/
 
-Layer models come from the ``*-ref_roofline.json`` files: entries marked
-``refined_roofline`` become refined rooflines (their ``<dim>_par``/``<dim>_alpha``),
-the others rooflines. Mapping rules come from ``dnndk.json`` (ZCU102) and ``ov2.json``
+Layer models: the ``roofline`` set comes from the ``*-roofline.json`` files, the
+``refined_roofline`` set from the ``*-ref_roofline.json`` files, so each set reproduces
+the published estimator of that name. In the refined files, entries marked
+``refined_roofline`` carry unrolling parameters (``<dim>_par``, ``<dim>_alpha``); the
+other entries (with their own, sometimes different, peaks) become refined rooflines
+without unrolled dimensions, which is the plain roofline formula. Mapping rules come from ``dnndk.json`` (ZCU102) and ``ov2.json``
 (NCS2, the version with the learned ConvPool condition). The published statistical and
 mixed models reference regressor files (``*.sav`` pickles) that were distributed
 separately and are not available, so these profiles hold roofline and refined roofline
@@ -38,33 +41,44 @@ RULE_KINDS = {"Conv": "conv", "DepthwiseConv": "depthwise_conv", "BatchNorm": "b
 
 BOARDS = {
     "zcu102-dpu": {
-        "layer_file": "dnndk-ref_roofline.json", "mapping_file": "dnndk.json",
+        "board": "dnndk", "mapping_file": "dnndk.json",
         "fingerprint": {"backend": "vitis-ai-dpu", "device": "Xilinx ZCU102 MPSoC, DPU",
                         "runtime_version": "DNNDK (DECENT + DNNC) as published with ANNETTE",
                         "threads": None, "precision": "int8"},
-        "description": "Xilinx ZCU102 DPU, published ANNETTE refined-roofline and mapping models",
+        "description": "Xilinx ZCU102 DPU, published ANNETTE roofline, refined-roofline and mapping models",
     },
     "ncs2-myriad": {
-        "layer_file": "ncs2-ref_roofline.json", "mapping_file": "ov2.json",
+        "board": "ncs2", "mapping_file": "ov2.json",
         "fingerprint": {"backend": "openvino-myriad", "device": "Intel Neural Compute Stick 2 (Myriad X VPU)",
                         "runtime_version": "OpenVINO (MYRIAD plugin) as published with ANNETTE",
                         "threads": None, "precision": "fp16"},
-        "description": "Intel NCS2 (Myriad X), published ANNETTE refined-roofline and mapping models",
+        "description": "Intel NCS2 (Myriad X), published ANNETTE roofline, refined-roofline and mapping models",
     },
 }
 
 
-def layer_model(entry: dict) -> dict:
-    """Our JSON layer model for one published entry."""
+def layer_model(entry: dict, refined: bool) -> dict:
+    """Our JSON parameters for one published entry (a roofline, or a refined roofline)."""
     arch = entry.get("architecture") or {}
-    model = {"type": "roofline", "peak_ops_s": float(entry["op_s"]),
-             "bandwidth_bytes_s": float(entry["bandwidth"]),
+    model = {"peak_ops_s": float(entry["op_s"]), "bandwidth_bytes_s": float(entry["bandwidth"]),
              "bit_act": int(arch.get("bit_act", 8)), "bit_weights": int(arch.get("bit_weights", 8))}
-    if entry.get("est_type") == "refined_roofline":
-        model["type"] = "refined_roofline"
+    if refined:
+        unrolled = entry.get("est_type") == "refined_roofline"
         model["unroll"] = {d: {"par": float(arch[f"{d}_par"]), "alpha": float(arch[f"{d}_alpha"])}
-                           for d in ("h", "w", "c", "f") if f"{d}_par" in arch}
+                           for d in ("h", "w", "c", "f") if unrolled and f"{d}_par" in arch}
     return model
+
+
+def layer_model_set(data: dict, refined: bool) -> dict[str, dict]:
+    """kernel kind -> parameters for the published entries of one file."""
+    models: dict[str, dict] = {}
+    for ann_type, kinds in TYPE_TO_KINDS.items():
+        entry = data.get(ann_type)
+        if not (isinstance(entry, dict) and "op_s" in entry):
+            continue
+        for kind in kinds:
+            models[kind] = layer_model(entry, refined)
+    return models
 
 
 def mapping_rules(data: dict) -> list[dict]:
@@ -89,30 +103,30 @@ def mapping_rules(data: dict) -> list[dict]:
 
 def build(name: str) -> Profile:
     spec = BOARDS[name]
-    layer_data = json.loads((HERE / "layer" / spec["layer_file"]).read_text())
-    models: dict[str, dict] = {}
-    for ann_type, kinds in TYPE_TO_KINDS.items():
-        if isinstance(layer_data.get(ann_type), dict) and "op_s" in layer_data[ann_type]:
-            for kind in kinds:
-                models[kind] = layer_model(layer_data[ann_type])
+    board = spec["board"]
+    roofline = layer_model_set(json.loads((HERE / "layer" / f"{board}-roofline.json").read_text()), False)
+    refined = layer_model_set(json.loads((HERE / "layer" / f"{board}-ref_roofline.json").read_text()), True)
     notes = [
         f"Built by calibration/published/build_board_profiles.py from the published ANNETTE files "
-        f"layer/{spec['layer_file']} and mapping/{spec['mapping_file']}.",
+        f"layer/{board}-roofline.json, layer/{board}-ref_roofline.json and mapping/{spec['mapping_file']}.",
         "Layer models are roofline and refined roofline only: the published statistical and mixed "
         "models rely on regressor files (*.sav) that were distributed separately and are not available.",
-        "Kinds without their own entry use the 'default' roofline (ANNETTE's 'Base' layer).",
+        "Kinds without their own entry use the roofline 'default' (ANNETTE's 'Base' layer).",
         "Per-inference overhead is not published; overhead_ms is 0.",
     ]
-    if "conv_pool" not in models:
-        models["conv_pool"] = models["conv"]
-        notes.append("No published ConvPool layer model: fused conv+pool kernels use the Conv model.")
+    for models, label in ((roofline, "roofline"), (refined, "refined roofline")):
+        if "conv" in models and "conv_pool" not in models:
+            models["conv_pool"] = models["conv"]
+            notes.append(f"No published ConvPool {label} model: fused conv+pool kernels use the Conv one.")
     if name == "ncs2-myriad":
         notes.append("The Softplus decomposition rule (Softplus -> Exp, Power, Log) of ov2.json is not a "
                      "fusion and is not represented; Log layers use the 'unary' (Exp) model.")
     mapping_data = json.loads((HERE / "mapping" / spec["mapping_file"]).read_text())
     return Profile(
         name=name, fingerprint=spec["fingerprint"], description=spec["description"],
-        layer_models={k: layer_model_from_dict(m, f"{name}.{k}") for k, m in models.items()},
+        layer_models={t: {k: layer_model_from_dict(t, m, f"{name}.{t}.{k}") for k, m in models.items()}
+                      for t, models in (("roofline", roofline), ("refined_roofline", refined))},
+        model_preference=("refined_roofline", "roofline"),
         mapping=tuple(FusionRule.from_dict(r) for r in mapping_rules(mapping_data)),
         overhead_ms=0.0, notes=notes,
         fit_metrics={"source": "published ANNETTE parameters; no fit metrics available"},
