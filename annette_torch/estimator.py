@@ -72,16 +72,24 @@ class Estimator:
             return model
         return trace(model, input_shape=input_shape, example_inputs=example_inputs)
 
+    def kernel_table(self, graph: LayerGraph) -> KernelTable:
+        """The kernels ``graph`` runs as on this target (cached on the graph)."""
+        return map_kernels(graph, self._rules)
+
+    def layer_model(self, kernel_kind: str) -> tuple[str, str, Any]:
+        """(model type, profile entry, layer model) that answers ``kernel_kind``."""
+        return self.profile.model_for(kernel_kind, self.model_type)
+
     def kernel_times(self, graph: LayerGraph) -> KernelTimes:
         """Map ``graph`` to kernels and predict each kernel's time."""
-        table = map_kernels(graph, self._rules)
+        table = self.kernel_table(graph)
         time_ms = np.zeros(len(table))
         bound = np.zeros(len(table), dtype=bool)
         moved = np.zeros(len(table))
         types = [""] * len(table)
         entries = [""] * len(table)
         for kind, rows in table.groups.items():
-            type_name, entry, model = self.profile.model_for(kind, self.model_type)
+            type_name, entry, model = self.layer_model(kind)
             feats = table.features[rows]
             seconds, compute = model.predict(feats)
             time_ms[rows] = seconds * 1e3

@@ -1,0 +1,27 @@
+"""Runtimes we can measure on this machine, one file per backend.
+
+    from annette_torch.backends import get_backend, available_backends
+
+    available_backends()                  # ['onnxruntime-cpu', 'openvino-cpu', 'torch-cpu']
+    backend = get_backend("openvino-cpu", threads=1, precision="f32")
+    latency = backend.measure(model, (1, 3, 224, 224), warmup=5, repeats=20)
+    latency.median_ms, latency.spread     # spread = (p90 - p10) / median of latency.runs_ms
+    backend.measure_onnx("model.onnx", (1, 3, 224, 224))   # ONNX backends only
+    backend.fingerprint()                 # backend, runtime_version, cpu, threads, precision
+
+``measure`` times end-to-end synchronous inference of one random normal float32 input
+(eval mode; the ONNX backends export with ``torch.onnx.export(..., dynamo=False)`` into
+a temporary directory first). A failing export, compile or run raises
+:class:`BackendError` (a ``RuntimeError``) naming the backend and the step.
+Adding a backend is one new file with a class decorated by :func:`register_backend`,
+imported below.
+"""
+from .base import (BACKENDS, Backend, BackendError, Latency, OnnxBackend, available_backends,
+                   cpu_model, export_onnx, get_backend, random_input, register_backend)
+from .onnxruntime_cpu import OnnxRuntimeCpu
+from .openvino_cpu import OpenVinoCpu
+from .torch_cpu import TorchCpu
+
+__all__ = ["BACKENDS", "Backend", "BackendError", "Latency", "OnnxBackend", "OnnxRuntimeCpu",
+           "OpenVinoCpu", "TorchCpu", "available_backends", "cpu_model", "export_onnx", "get_backend",
+           "random_input", "register_backend"]

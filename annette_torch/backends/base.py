@@ -1,0 +1,216 @@
+"""The backend registry, the :class:`Backend` contract and the shared timing code.
+
+A backend is one runtime we can measure on this machine, in one file of this package,
+registered with :func:`register_backend` under its ``name``. Constructor options
+(``threads``, ``precision``) are stored as plain attributes; :meth:`Backend.measure`
+times a module end to end and :meth:`Backend.fingerprint` says what was measured on.
+Backends that run ONNX derive from :class:`OnnxBackend`: they only say how to compile a
+file and how to run it once; export, inputs, timing and errors are shared here.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import tempfile
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, ClassVar, Iterator, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+BACKENDS: dict[str, type["Backend"]] = {}
+
+
+def register_backend(cls: type["Backend"]) -> type["Backend"]:
+    """Class decorator: make a backend available to :func:`get_backend` by its ``name``."""
+    if not cls.name or cls.name in BACKENDS:
+        raise ValueError(f"backend {cls.__name__} needs a new, unique name (got {cls.name!r})")
+    BACKENDS[cls.name] = cls
+    return cls
+
+
+def available_backends() -> list[str]:
+    """Names of the registered backends, sorted."""
+    return sorted(BACKENDS)
+
+
+def get_backend(name: str, **options: Any) -> "Backend":
+    """A new backend ``name`` built with ``options`` (e.g. ``threads=1, precision="f32"``);
+    a ``ValueError`` lists the available backends when ``name`` is unknown."""
+    if name not in BACKENDS:
+        raise ValueError(f"unknown backend {name!r}; available backends: {', '.join(available_backends())}")
+    return BACKENDS[name](**options)
+
+
+class BackendError(RuntimeError):
+    """A backend failed at one ``step`` ("export", "compile" or "run")."""
+
+    def __init__(self, backend: str, step: str, error: BaseException) -> None:
+        first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        super().__init__(f"backend {backend!r} failed to {step}: {type(error).__name__}: {first_line}")
+        self.backend = backend
+        self.step = step
+
+
+@dataclass(frozen=True)
+class Latency:
+    """End-to-end times of repeated inferences of one input.
+
+    ``median_ms``: median of ``runs_ms``. ``spread``: (90th - 10th percentile) / median of
+    ``runs_ms`` (numpy's linear interpolation), a relative, outlier-tolerant noise measure;
+    0.05 means the middle 80 % of runs lie within 5 % of the median's size. ``threads``:
+    the thread count the runtime was given.
+    """
+
+    median_ms: float
+    spread: float
+    runs_ms: list[float]
+    threads: int
+
+    @classmethod
+    def from_runs(cls, runs_ms: Sequence[float], threads: int) -> "Latency":
+        """Summarise ``runs_ms`` (at least one run)."""
+        p10, median, p90 = np.percentile(runs_ms, [10, 50, 90])
+        return cls(median_ms=float(median), spread=float((p90 - p10) / median),
+                   runs_ms=[float(t) for t in runs_ms], threads=threads)
+
+
+def cpu_model() -> str:
+    """The CPU's model name from /proc/cpuinfo, else what ``platform`` knows."""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+def random_input(input_shape: Sequence[int]) -> np.ndarray:
+    """A float32 array of ``input_shape`` drawn from the standard normal (fixed seed)."""
+    shape = tuple(input_shape)
+    if not shape or not all(isinstance(d, int) and d > 0 for d in shape):
+        raise ValueError(f"input_shape must be a non-empty tuple of positive ints, got {input_shape!r}")
+    return np.random.default_rng(0).standard_normal(shape, dtype=np.float32)
+
+
+@contextlib.contextmanager
+def eval_mode(model: nn.Module) -> Iterator[nn.Module]:
+    """``model`` in eval mode for the block; each submodule's training flag is restored after."""
+    flags = [(m, m.training) for m in model.modules()]
+    model.eval()
+    try:
+        yield model
+    finally:
+        for m, training in flags:
+            m.training = training
+
+
+def export_onnx(model: nn.Module, input_shape: Sequence[int], path: str | os.PathLike) -> Path:
+    """Export ``model`` in eval mode with the TorchScript exporter (``dynamo=False``) for one
+    static input named ``input`` of ``input_shape``; returns ``path``."""
+    example = torch.from_numpy(random_input(input_shape))
+    with warnings.catch_warnings(), eval_mode(model), torch.no_grad():
+        warnings.filterwarnings("ignore", category=DeprecationWarning)  # the legacy exporter is chosen on purpose
+        torch.onnx.export(model, (example,), str(path), dynamo=False, input_names=["input"])
+    return Path(path)
+
+
+class Backend:
+    """A runtime that times models on this machine; subclasses set ``name`` and
+    ``precisions`` and implement :meth:`runtime_version` and :meth:`measure`.
+
+    ``threads``: threads the runtime may use for one inference. ``precision``: the
+    arithmetic precision asked for (one of ``precisions``).
+    """
+
+    name: ClassVar[str] = ""
+    precisions: ClassVar[tuple[str, ...]] = ("f32",)
+
+    def __init__(self, threads: int = 1, precision: str = "f32") -> None:
+        if not isinstance(threads, int) or threads < 1:
+            raise ValueError(f"backend {self.name!r}: threads must be a positive int, got {threads!r}")
+        if precision not in self.precisions:
+            raise ValueError(f"backend {self.name!r} supports precisions {', '.join(self.precisions)}; "
+                             f"got {precision!r}")
+        self.threads = threads
+        self.precision = precision
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(threads={self.threads}, precision={self.precision!r})"
+
+    def runtime_version(self) -> str:
+        """Version string of the runtime library."""
+        raise NotImplementedError
+
+    def fingerprint(self) -> dict[str, Any]:
+        """What a measurement was taken on: backend, runtime version, CPU model, threads, precision."""
+        return {"backend": self.name, "runtime_version": self.runtime_version(), "cpu": cpu_model(),
+                "threads": self.threads, "precision": self.precision}
+
+    def measure(self, model: nn.Module, input_shape: Sequence[int], warmup: int = 5,
+                repeats: int = 20) -> Latency:
+        """Time ``model`` on one random input of ``input_shape``: ``warmup`` untimed runs,
+        then ``repeats`` timed ones. Failures raise :class:`BackendError`."""
+        raise NotImplementedError
+
+    @contextlib.contextmanager
+    def step(self, step: str) -> Iterator[None]:
+        """Turn any error raised in the block into a :class:`BackendError` naming ``step``."""
+        try:
+            yield
+        except BackendError:
+            raise
+        except Exception as error:
+            raise BackendError(self.name, step, error) from error
+
+    def time_runs(self, run: Callable[[], object], warmup: int, repeats: int) -> Latency:
+        """Call ``run`` ``warmup`` times untimed, then ``repeats`` times timed with
+        ``time.perf_counter``; errors are reported as the "run" step."""
+        if warmup < 0 or repeats < 1:
+            raise ValueError(f"need warmup >= 0 and repeats >= 1, got warmup={warmup}, repeats={repeats}")
+        runs_ms = []
+        with self.step("run"):
+            for _ in range(warmup):
+                run()
+            for _ in range(repeats):
+                start = time.perf_counter()
+                run()
+                runs_ms.append((time.perf_counter() - start) * 1e3)
+        return Latency.from_runs(runs_ms, self.threads)
+
+
+class OnnxBackend(Backend):
+    """A backend that runs ONNX files; subclasses implement :meth:`compile_onnx` and :meth:`runner`."""
+
+    def compile_onnx(self, path: str | os.PathLike) -> Any:
+        """The runtime's executable form of the ONNX file at ``path``, built with this
+        backend's threads and precision."""
+        raise NotImplementedError
+
+    def runner(self, compiled: Any, x: np.ndarray) -> Callable[[], object]:
+        """A function that runs one synchronous inference of ``compiled`` on ``x``."""
+        raise NotImplementedError
+
+    def measure(self, model: nn.Module, input_shape: Sequence[int], warmup: int = 5,
+                repeats: int = 20) -> Latency:
+        """Export ``model`` to ONNX in a temporary directory, then :meth:`measure_onnx` it."""
+        with tempfile.TemporaryDirectory(prefix="annette_") as folder:
+            path = Path(folder) / "model.onnx"
+            with self.step("export"):
+                export_onnx(model, input_shape, path)
+            return self.measure_onnx(path, input_shape, warmup, repeats)
+
+    def measure_onnx(self, path: str | os.PathLike, input_shape: Sequence[int], warmup: int = 5,
+                     repeats: int = 20) -> Latency:
+        """Compile the ONNX file at ``path`` and time it on one random input of
+        ``input_shape`` fed to its first input (see :meth:`Backend.measure`)."""
+        x = random_input(input_shape)
+        with self.step("compile"):
+            compiled = self.compile_onnx(path)
+        with self.step("run"):
+            run = self.runner(compiled, x)
+        return self.time_runs(run, warmup, repeats)

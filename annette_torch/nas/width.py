@@ -1,0 +1,96 @@
+"""Latency as a differentiable function of channel-width multipliers.
+
+For a traced network and multipliers ``m`` (one per channel group), every kernel's
+features are rescaled: its input channels by the multiplier of the group that produced
+its input (1 for the network input), its output channels by its own group's multiplier
+(1 for the network output, e.g. the logits). Products (conv, linear, matmul, ...) scale
+their ops and weights by both; per-channel kernels (depthwise conv, norms, activations,
+pools, elementwise) by their channel multiplier. The profile's layer models then run on
+torch tensors with the same formulas as the numpy path (:mod:`annette_torch.layer_models`).
+
+The refined roofline's ``ceil`` is piecewise constant: its true derivative is 0 almost
+everywhere. We use a straight-through ceil (forward: ceil, backward: identity), so the
+gradient follows the smooth utilisation trend while the value stays exact.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+import torch
+
+from ..estimator import Estimator
+from ..graph import Layer, LayerGraph
+from ..kinds import FEATURES, PRODUCT_KINDS
+
+_NONE, _IN, _OUT, _BOTH = 0, 1, 2, 3
+_COL = {name: i for i, name in enumerate(FEATURES)}
+
+
+class WidthLatency:
+    """``WidthLatency(estimator, graph)(multipliers) -> latency in ms`` (a torch scalar).
+
+    ``group_of(layer) -> int`` assigns layers to multiplier groups (default: one global
+    multiplier); the multiplier tensor then has ``num_groups`` entries. With all
+    multipliers 1 the value equals ``estimator(graph)``.
+    """
+
+    def __init__(self, estimator: Estimator, graph: LayerGraph,
+                 group_of: Callable[[Layer], int] | None = None, num_groups: int = 1) -> None:
+        self.estimator = estimator
+        self.num_groups = num_groups
+        table = estimator.kernel_table(graph)
+        self.table = table
+        kernel_of = {name: k for k, names in enumerate(table.layers) for name in names}
+        children = graph.children
+        group = np.zeros(len(table), dtype=np.int64)
+        in_group = np.full(len(table), -1, dtype=np.int64)     # -1: fixed (network input)
+        out_fixed = np.zeros(len(table), dtype=bool)
+        for k, names in enumerate(table.layers):
+            first, last = graph[names[0]], graph[names[-1]]
+            group[k] = group_of(first) if group_of else 0
+            if first.parents:
+                in_group[k] = kernel_of[first.parents[0]]
+            out_fixed[k] = not children[last.name]
+        for k in range(len(table)):  # input group = the producing kernel's group
+            if in_group[k] >= 0:
+                in_group[k] = group[in_group[k]]
+        if group.size and (group.min() < 0 or group.max() >= num_groups):
+            raise ValueError(f"group_of must return 0 .. {num_groups - 1}")
+        self.group, self.in_group, self.out_fixed = group, in_group, out_fixed
+        product = np.array([kind in PRODUCT_KINDS and kind != "depthwise_conv" for kind in table.kinds])
+        codes = np.zeros((len(table), len(FEATURES)), dtype=np.int64)
+        # per-channel kernels scale everything with their input channels
+        codes[:, [_COL["input_elems"], _COL["c"]]] = _IN
+        for column, for_products in (("output_elems", _OUT), ("f", _OUT), ("ops", _BOTH), ("weight_elems", _BOTH)):
+            codes[:, _COL[column]] = np.where(product, for_products, _IN)
+        self.codes = torch.as_tensor(codes)
+        self.base = torch.as_tensor(table.features)
+
+    def features(self, multipliers: torch.Tensor) -> torch.Tensor:
+        """Kernel feature matrix at the given multipliers (differentiable)."""
+        m = torch.as_tensor(multipliers, dtype=torch.float64).reshape(-1)
+        if m.numel() != self.num_groups:
+            raise ValueError(f"expected {self.num_groups} multipliers, got {m.numel()}")
+        one = torch.ones((), dtype=torch.float64)
+        s_in = torch.where(torch.as_tensor(self.in_group >= 0), m[torch.as_tensor(self.in_group.clip(0))], one)
+        s_out = torch.where(torch.as_tensor(self.out_fixed), one, m[torch.as_tensor(self.group)])
+        s_in, s_out = s_in[:, None], s_out[:, None]
+        scale = torch.where(self.codes == _IN, s_in, one)
+        scale = torch.where(self.codes == _OUT, s_out, scale)
+        scale = torch.where(self.codes == _BOTH, s_in * s_out, scale)
+        return self.base * scale
+
+    def __call__(self, multipliers: torch.Tensor) -> torch.Tensor:
+        feats = self.features(multipliers)
+        total = torch.zeros((), dtype=torch.float64)
+        free = torch.as_tensor(self.table.free)
+        for kind, rows in self.table.groups.items():
+            idx = torch.as_tensor(rows)
+            idx = idx[~free[idx]]
+            if len(idx) == 0:
+                continue
+            _, _, model = self.estimator.layer_model(kind)
+            seconds, _ = model.predict(feats[idx], xp=torch)
+            total = total + seconds.sum()
+        return total * 1e3 + self.estimator.profile.overhead_ms

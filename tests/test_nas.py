@@ -1,0 +1,136 @@
+"""annette_torch.nas: signature caches, lookup tables, expected latency, width gradients."""
+import random
+
+import pytest
+import torch
+import torchvision
+from torch import nn
+
+from annette_torch import Estimator, trace
+from annette_torch.nas import (InvertedResidual, LatencyLoss, LatencyLUT, MobileNetV2Space,
+                               SignatureCache, WidthLatency)
+
+
+@pytest.fixture(scope="module")
+def est():
+    return Estimator("ncs2-myriad")
+
+
+def test_cached_candidate_equals_uncached_estimate(est):
+    space = MobileNetV2Space(resolution=96, classes=10)
+    cache = SignatureCache(est)
+    rng = random.Random(1)
+    for arch in [space.mobilenet_v2()] + [space.sample(rng) for _ in range(6)]:
+        cached = cache.blocks_cost(space.blocks(arch)).time_ms
+        uncached = est(space.build(arch), input_shape=(1, 3, 96, 96))
+        assert cached == pytest.approx(uncached, rel=1e-12)
+    assert cache.hits > 0 and cache.kernel_hits > 0
+
+
+def test_mobilenet_v2_of_the_space_is_torchvisions(est):
+    space = MobileNetV2Space()
+    cost = SignatureCache(est).blocks_cost(space.blocks(space.mobilenet_v2()))
+    reference = torchvision.models.mobilenet_v2().eval()
+    assert cost.time_ms == pytest.approx(est(reference, input_shape=(1, 3, 224, 224)), rel=1e-12)
+    assert cost.ops == pytest.approx(trace(reference, input_shape=(1, 3, 224, 224)).total("ops"))
+
+
+def test_graph_time_cache_returns_identical_results(est):
+    graph = trace(torchvision.models.resnet18().eval(), input_shape=(1, 3, 64, 64))
+    cache = SignatureCache(est)
+    first, second = cache.graph_time_ms(graph), cache.graph_time_ms(graph)
+    assert first == second == pytest.approx(est(graph) - est.profile.overhead_ms, rel=1e-12)
+    # resnet18 repeats identical kernels: fewer predictions than kernels on the first call
+    assert cache.kernel_misses < len(est.kernel_table(graph)) and cache.kernel_hits > 0
+
+
+def _positions(channels=16, size=8):
+    shape = (1, channels, size, size)
+    ops = [(("mb", channels, e, k, size), lambda e=e, k=k: InvertedResidual(channels, channels, 1, e, k))
+           for e in (1, 3, 6) for k in (3, 5)]
+    skip = (("skip", channels, size), nn.Identity)
+    return [(shape, ops + [skip]), (shape, ops[:3])]
+
+
+def test_lut_entries_equal_the_estimators_block_numbers(est):
+    positions = _positions()
+    lut = LatencyLUT.build(SignatureCache(est), positions)
+    for p, (shape, candidates) in enumerate(positions):
+        for c, (_, build) in enumerate(candidates):
+            assert float(lut.table_ms[p, c]) == pytest.approx(est(build().eval(), input_shape=shape)
+                                                              - est.profile.overhead_ms, rel=1e-12)
+    assert lut.valid.sum() == 7 + 3 and float(lut.table_ms[0, 6]) == 0.0  # identity is free
+    assert lut.latency_ms([0, 2]) == pytest.approx(float(lut.table_ms[0, 0] + lut.table_ms[1, 2]) + lut.fixed_ms)
+    with pytest.raises(ValueError, match="does not have"):
+        lut.latency_ms([0, 5])
+
+
+def test_expected_latency_gradient_matches_finite_differences(est):
+    lut = LatencyLUT.build(SignatureCache(est), _positions())
+    logits = torch.randn(lut.table_ms.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    logits.requires_grad_(True)
+    lut.expected_ms(logits, tau=0.7).backward()
+    eps = 1e-6
+    for p, c in [(0, 0), (0, 3), (0, 6), (1, 1), (1, 2)]:
+        bumped = logits.detach().clone()
+        bumped[p, c] += eps
+        lowered = logits.detach().clone()
+        lowered[p, c] -= eps
+        numeric = (lut.expected_ms(bumped, tau=0.7) - lut.expected_ms(lowered, tau=0.7)) / (2 * eps)
+        assert float(logits.grad[p, c]) == pytest.approx(float(numeric), rel=1e-5, abs=1e-9)
+    assert float(logits.grad[1, 5]) == 0.0  # invalid candidates get no gradient
+
+
+def test_hard_gumbel_expected_latency_is_a_real_architecture(est):
+    lut = LatencyLUT.build(SignatureCache(est), _positions())
+    logits = torch.zeros(lut.table_ms.shape, requires_grad=True)
+    torch.manual_seed(0)
+    weights = lut.weights(logits, gumbel=True, hard=True)
+    value = (weights * lut.table_ms.to(weights.dtype)).sum() + lut.fixed_ms
+    choices = [int(c) for c in weights.detach().argmax(dim=1)]
+    assert float(value.detach()) == pytest.approx(lut.latency_ms(choices))
+    value.backward()
+    assert logits.grad is not None and logits.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("mode", ["additive", "multiplicative"])
+def test_latency_loss_pushes_towards_faster_candidates(est, mode):
+    lut = LatencyLUT.build(SignatureCache(est), _positions())
+    logits = torch.zeros(lut.table_ms.shape, dtype=torch.float64, requires_grad=True)
+    loss_fn = LatencyLoss(lut, weight=1.0, mode=mode)
+    optimizer = torch.optim.SGD([logits], lr=5.0)
+    start = float(lut.expected_ms(logits))
+    for _ in range(30):
+        optimizer.zero_grad()
+        loss_fn(torch.tensor(1.0, dtype=torch.float64), logits).backward()
+        optimizer.step()
+    assert loss_fn.last_ms < start
+    fastest = lut.table_ms.masked_fill(~lut.valid, float("inf")).argmin(dim=1)
+    assert torch.equal(logits.argmax(dim=1), fastest)
+
+
+def test_width_latency_equals_estimator_at_one_and_gradients_are_finite_differences(est):
+    graph = trace(torchvision.models.mobilenet_v2().eval(), input_shape=(1, 3, 112, 112))
+    assert float(WidthLatency(est, graph)(torch.ones(1))) == pytest.approx(est(graph), rel=1e-12)
+    roofline = Estimator("ncs2-myriad", model_type="roofline")  # no ceil: exact derivative
+    width = WidthLatency(roofline, graph)
+    m = torch.tensor([1.1], dtype=torch.float64, requires_grad=True)
+    width(m).backward()
+    eps = 1e-6
+    at = lambda v: width(torch.tensor([v], dtype=torch.float64))  # noqa: E731
+    numeric = (at(1.1 + eps) - at(1.1 - eps)) / (2 * eps)
+    assert float(m.grad) == pytest.approx(float(numeric), rel=1e-4)
+    assert float(width(torch.tensor([0.5]))) < float(width(torch.tensor([1.0]))) < float(width(torch.tensor([1.5])))
+
+
+def test_width_groups_scale_only_their_layers(est):
+    graph = trace(torchvision.models.resnet18().eval(), input_shape=(1, 3, 64, 64))
+    by_stage = WidthLatency(est, graph, group_of=lambda layer: 1 if layer.module_path.startswith("layer4") else 0,
+                            num_groups=2)
+    base = float(by_stage(torch.tensor([1.0, 1.0])))
+    assert float(by_stage(torch.tensor([1.0, 2.0]))) > base
+    m = torch.tensor([1.0, 1.0], dtype=torch.float64, requires_grad=True)
+    by_stage(m).backward()
+    assert (m.grad > 0).all()
+    with pytest.raises(ValueError, match="expected 2 multipliers"):
+        by_stage(torch.ones(3))
