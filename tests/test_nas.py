@@ -99,7 +99,7 @@ def test_latency_loss_pushes_towards_faster_candidates(est, mode):
     logits = torch.zeros(lut.table_ms.shape, dtype=torch.float64, requires_grad=True)
     loss_fn = LatencyLoss(lut, weight=1.0, mode=mode)
     optimizer = torch.optim.SGD([logits], lr=5.0)
-    start = float(lut.expected_ms(logits))
+    start = float(lut.expected_ms(logits).detach())
     for _ in range(30):
         optimizer.zero_grad()
         loss_fn(torch.tensor(1.0, dtype=torch.float64), logits).backward()

@@ -88,3 +88,8 @@ class SignatureCache:
             cost = self.block(signature, build, shape)
             time_ms, ops, weights = time_ms + cost.time_ms, ops + cost.ops, weights + cost.weights
         return BlockCost(time_ms + self.estimator.profile.overhead_ms, ops, weights)
+
+    def candidates(self, space, archs: Iterable) -> list[BlockCost]:
+        """Batched estimation of many architectures of one space (anything with a
+        ``blocks(arch)`` method returning (signature, build, input shape) triples)."""
+        return [self.blocks_cost(space.blocks(arch)) for arch in archs]
