@@ -4,7 +4,6 @@ import math
 import warnings
 
 import pytest
-import torch
 import torchvision
 from torch import nn
 
