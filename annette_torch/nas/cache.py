@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Callable, Hashable, Iterable
 
 import numpy as np
+import torch
 from torch import nn
 
 from ..estimator import Estimator
@@ -34,6 +35,16 @@ class BlockCost:
     time_ms: float
     ops: float
     weights: float   # parameter and buffer elements
+
+
+def _build_without_weights(build: Callable[[], nn.Module]) -> nn.Module:
+    """``build()`` on the meta device (no weight initialisation: only shapes matter), or on
+    the CPU when the module cannot be built there; in eval mode."""
+    try:
+        with torch.device("meta"):
+            return build().eval()
+    except (NotImplementedError, RuntimeError):
+        return build().eval()
 
 
 class SignatureCache:
@@ -75,7 +86,7 @@ class SignatureCache:
             self.hits += 1
             return cost
         self.misses += 1
-        graph = trace(build().eval(), input_shape=input_shape)
+        graph = trace(_build_without_weights(build), input_shape=input_shape)
         cost = BlockCost(self.graph_time_ms(graph), float(graph.features[:, _OPS].sum()),
                          float(graph.features[:, _WEIGHTS].sum()))
         self.blocks[signature] = cost
