@@ -60,6 +60,10 @@ class LatencyLUT:
             raise ValueError(f"choices {list(choices)} name a candidate a position does not have")
         return float(self.table_ms[rows, index].sum()) + self.fixed_ms
 
+    def derive(self, logits: torch.Tensor) -> list[int]:
+        """The discrete architecture: the most likely valid candidate per position."""
+        return [int(c) for c in logits.detach().masked_fill(~self.valid, float("-inf")).argmax(dim=1)]
+
     def weights(self, logits: torch.Tensor, tau: float = 1.0, gumbel: bool = False,
                 hard: bool = False) -> torch.Tensor:
         """Architecture weights per position: softmax (or Gumbel-softmax) over the valid
