@@ -49,11 +49,11 @@ def test_bidirectional_lstm_ops_and_dims():
 ])
 def test_recurrent_meta_output_has_the_real_shapes(module, shape):
     kind = KINDS["rnn"]
-    meta = kind.meta_output(kind.attrs_from_module(module), [torch.zeros(shape, device="meta")])
+    meta = kind.meta_output(kind.attrs_from_module(module), [torch.zeros(shape, device="meta")], {})
     real = module(torch.zeros(shape))
     assert tree_map(lambda t: t.shape, meta) == tree_map(lambda t: t.shape, real)
     with pytest.raises(ValueError):
-        kind.meta_output(kind.attrs_from_module(module), [torch.zeros(shape[:-1] + (8,), device="meta")])
+        kind.meta_output(kind.attrs_from_module(module), [torch.zeros(shape[:-1] + (8,), device="meta")], {})
 
 
 class _Ops(nn.Module):

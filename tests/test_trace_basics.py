@@ -691,3 +691,43 @@ def test_the_model_is_unchanged_by_tracing(mode):
         assert b.device.type == "cpu" and torch.equal(b, buffers[name]), name
     assert not model._forward_hooks and not model._forward_pre_hooks
     assert not nn.modules.module._global_forward_hooks and not nn.modules.module._global_forward_pre_hooks
+
+
+@pytest.mark.parametrize("batch_first", [True, False])
+@pytest.mark.parametrize("need_weights, average", [(True, True), (True, False), (False, True)])
+@pytest.mark.parametrize("unbatched", [False, True])
+def test_multihead_attention_meta_shortcut_has_the_real_shapes(batch_first, need_weights, average, unbatched):
+    from annette_torch.kinds import KINDS
+
+    kind = KINDS["multihead_attention"]
+    module = nn.MultiheadAttention(16, 4, batch_first=batch_first).eval()
+    q_shape, k_shape = ((5, 16), (7, 16)) if unbatched else (((2, 5, 16), (2, 7, 16)) if batch_first
+                                                             else ((5, 2, 16), (7, 2, 16)))
+    q, k = torch.zeros(q_shape), torch.zeros(k_shape)
+    options = {"need_weights": need_weights, "average_attn_weights": average}
+    real = module(q, k, k, **options)
+    fake = kind.meta_output(kind.attrs_from_module(module), [q.to("meta"), k.to("meta"), k.to("meta")], options)
+    assert fake[0].shape == real[0].shape
+    assert (fake[1] is None) == (real[1] is None)
+    if real[1] is not None:
+        assert fake[1].shape == real[1].shape
+    with pytest.raises(ValueError, match="feature sizes"):
+        kind.meta_output(kind.attrs_from_module(module), [torch.zeros(q_shape[:-1] + (8,), device="meta")] * 3, {})
+
+
+def test_bilinear_ops_and_in_place_fill_are_recognised():
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bilinear = nn.Bilinear(6, 5, 4)
+
+        def forward(self, x):
+            mask = x.clone()
+            mask.zero_()
+            return self.bilinear(x[..., :6], x[..., :5] + mask[..., :5])
+
+    graph = trace(Net(), input_shape=(3, 7, 8))
+    assert not graph.unknown_layers()
+    bilinear = [layer for layer in graph if layer.kind == "bilinear"][0]
+    assert bilinear.counts.ops == 2 * 3 * 7 * 4 * 6 * 5
+    assert bilinear.counts.weight_elems == 4 * 6 * 5 + 4

@@ -160,7 +160,7 @@ def run_graph(graph: fx.Graph, root: nn.Module, inputs: list[torch.Tensor], devi
             elif meta:
                 tensors = tensor_leaves((args, kwargs))
                 if tensors and all(t.device.type == "meta" for t in tensors):
-                    result = kind.meta_output(attrs, tensors)
+                    result = kind.meta_output(attrs, tensors, kwargs)
             if result is None and inner is None:
                 with torch.no_grad():
                     result = fn(*args[1:], **kwargs) if node.op == "call_method" else fn(*args, **kwargs)

@@ -7,7 +7,7 @@ from .registry import (FEATURES, KINDS, LayerCounts, LayerKind, canonical_op, ki
 
 #: Kinds that multiply tensors (2 ops per multiply-accumulate): the work that
 #: ``torch.utils.flop_counter`` counts too, and what "FLOPs" usually means for a network.
-PRODUCT_KINDS = ("conv", "depthwise_conv", "conv_transpose", "linear", "matmul", "einsum",
+PRODUCT_KINDS = ("conv", "depthwise_conv", "conv_transpose", "linear", "bilinear", "matmul", "einsum",
                  "attention", "multihead_attention", "window_attention", "rnn")
 
 __all__ = ["FEATURES", "KINDS", "PRODUCT_KINDS", "LayerCounts", "LayerKind", "canonical_op", "kind_for_module",

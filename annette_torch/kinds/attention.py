@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 
+import torch
 from torch import nn
 
 from .registry import LayerKind, register_kind, tuple_of
@@ -40,6 +41,23 @@ class MultiheadAttention(LayerKind):
     def attrs_from_module(self, module):
         return {"embed_dim": module.embed_dim, "num_heads": module.num_heads,
                 "kdim": module.kdim, "vdim": module.vdim, "batch_first": module.batch_first}
+
+    def meta_output(self, attrs, tensors, kwargs):
+        """(output, attention weights or None) as ``nn.MultiheadAttention.forward`` returns
+        them, for query/key/value given positionally (otherwise the op is run)."""
+        if len(tensors) != 3 or any(k in kwargs for k in ("key_padding_mask", "attn_mask", "is_causal")):
+            return None
+        query, key, value = tensors
+        if query.shape[-1] != attrs["embed_dim"] or key.shape[-1] != attrs["kdim"] or value.shape[-1] != attrs["vdim"]:
+            raise ValueError(f"expected query/key/value feature sizes {attrs['embed_dim']}/{attrs['kdim']}/"
+                             f"{attrs['vdim']}, got {tuple(query.shape)}, {tuple(key.shape)}, {tuple(value.shape)}")
+        output = torch.empty(query.shape, dtype=query.dtype, device="meta")
+        if not kwargs.get("need_weights", True):
+            return output, None
+        n, length, source = self._lns(attrs, [tuple(query.shape), tuple(key.shape)])
+        heads = () if kwargs.get("average_attn_weights", True) else (attrs["num_heads"],)
+        batch = (n,) if query.dim() == 3 else ()
+        return output, torch.empty(batch + heads + (length, source), dtype=query.dtype, device="meta")
 
     def _lns(self, attrs, in_shapes):
         q, k = in_shapes[0], in_shapes[1] if len(in_shapes) > 1 else in_shapes[0]

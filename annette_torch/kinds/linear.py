@@ -49,6 +49,32 @@ class Linear(LayerKind):
                 "w": 1, "c": attrs["in_features"], "f": attrs["out_features"]}
 
 
+@register_kind
+class Bilinear(LayerKind):
+    """y = x1^T A x2 + b: ops = 2 * rows * out_features * in1_features * in2_features."""
+    name = "bilinear"
+    modules = (nn.Bilinear,)
+    ops = ("bilinear",)
+
+    def attrs_from_module(self, module):
+        return {"in1_features": module.in1_features, "in2_features": module.in2_features,
+                "out_features": module.out_features, "bias": module.bias is not None}
+
+    def attrs_from_call(self, args, kwargs):
+        weight = args[2] if len(args) > 2 else kwargs["weight"]
+        return {"in1_features": int(weight.shape[1]), "in2_features": int(weight.shape[2]),
+                "out_features": int(weight.shape[0]), "bias": (args[3] if len(args) > 3 else kwargs.get("bias")) is not None}
+
+    def count_ops(self, attrs, in_shapes, out_shapes):
+        rows = math.prod(out_shapes[0][:-1])
+        return 2.0 * rows * attrs["out_features"] * attrs["in1_features"] * attrs["in2_features"]
+
+    def dims(self, attrs, in_shapes, out_shapes):
+        out = out_shapes[0]
+        return {"n": out[0] if len(out) > 1 else 1, "h": math.prod(out[1:-1]) if len(out) > 2 else 1, "w": 1,
+                "c": attrs["in1_features"] * attrs["in2_features"], "f": attrs["out_features"]}
+
+
 def _matmul_mkn(a: tuple, b: tuple) -> tuple[int, int, int, int]:
     """(batch, M, K, N) of a broadcasting matmul of shapes a and b."""
     a = (1,) + tuple(a) if len(a) == 1 else tuple(a)

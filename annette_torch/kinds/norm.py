@@ -21,11 +21,11 @@ class BatchNorm(SameShapeKind):
     def attrs_from_module(self, module):
         return {"num_features": module.num_features, "eps": module.eps}
 
-    def meta_output(self, attrs, tensors):
+    def meta_output(self, attrs, tensors, kwargs):
         x = tensors[0] if len(tensors) == 1 else None
         if x is not None and "num_features" in attrs and (x.dim() < 2 or x.shape[1] != attrs["num_features"]):
             raise ValueError(f"expected {attrs['num_features']} channels in dim 1, got input {tuple(x.shape)}")
-        return super().meta_output(attrs, tensors)
+        return super().meta_output(attrs, tensors, kwargs)
 
     def count_ops(self, attrs, in_shapes, out_shapes):
         return 2.0 * numel(out_shapes[0])
@@ -45,12 +45,12 @@ class LayerNorm(SameShapeKind):
         shape = args[1] if len(args) > 1 else kwargs.get("normalized_shape")
         return {"normalized_shape": tuple(shape) if shape is not None else ()}
 
-    def meta_output(self, attrs, tensors):
+    def meta_output(self, attrs, tensors, kwargs):
         norm = tuple(attrs.get("normalized_shape", ()))
         x = tensors[0] if tensors else None
         if x is not None and norm and tuple(x.shape[-len(norm):]) != norm:
             raise ValueError(f"normalized_shape {norm} does not match the last dims of input {tuple(x.shape)}")
-        return super().meta_output(attrs, tensors)
+        return super().meta_output(attrs, tensors, kwargs)
 
     def count_ops(self, attrs, in_shapes, out_shapes):
         return 5.0 * numel(out_shapes[0])

@@ -54,7 +54,7 @@ class Recurrent(LayerKind):
             width = recurrent * directions
         return 2.0 * steps * batch * directions * macs
 
-    def meta_output(self, attrs, tensors):
+    def meta_output(self, attrs, tensors, kwargs):
         """The outputs' shapes without running the time steps (which meta runs op by op)."""
         if len(tensors) != 1:  # an initial state was given: let the real op check it
             return None

@@ -82,12 +82,13 @@ class LayerKind:
         """Layer-model dimensions; by default those of the first output (NC[D]HW / N..C)."""
         return default_dims(out_shapes[0] if out_shapes else ())
 
-    def meta_output(self, attrs: dict, tensors: list[Any]) -> Any | None:
+    def meta_output(self, attrs: dict, tensors: list[Any], kwargs: dict) -> Any | None:
         """The output on the meta device without running the op, or None to run it.
 
         Shape propagation is the slow part of tracing; kinds whose output shape is
         obvious (same as the input, or broadcast of the inputs) answer here and must
-        raise ``ValueError`` for inputs the real op would reject.
+        raise ``ValueError`` for inputs the real op would reject. ``tensors`` are the
+        call's tensor operands in order, ``kwargs`` its keyword arguments.
         """
         return None
 
@@ -95,7 +96,7 @@ class LayerKind:
 class SameShapeKind(LayerKind):
     """Kinds whose output has the shape and dtype of their first input."""
 
-    def meta_output(self, attrs, tensors):
+    def meta_output(self, attrs, tensors, kwargs):
         if len(tensors) != 1:
             return None
         x = tensors[0]  # torch.empty is ~10x faster than empty_like on meta
@@ -105,7 +106,7 @@ class SameShapeKind(LayerKind):
 class BroadcastKind(LayerKind):
     """Elementwise kinds whose output is the broadcast of their tensor operands."""
 
-    def meta_output(self, attrs, tensors):
+    def meta_output(self, attrs, tensors, kwargs):
         if len(tensors) != 2:
             return None
         a, b = tensors

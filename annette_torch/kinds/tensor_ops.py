@@ -96,7 +96,7 @@ class Constant(_DataMovement):
     free = True
     ops = ("arange", "zeros", "ones", "full", "empty", "zeros_like", "ones_like", "full_like",
            "empty_like", "new_zeros", "new_ones", "new_full", "new_empty", "tensor", "linspace",
-           "eye", "rand", "randn", "randn_like", "rand_like")
+           "eye", "rand", "randn", "randn_like", "rand_like", "zero", "fill", "normal", "uniform")
     onnx_ops = ("RandomNormalLike", "RandomUniformLike", "EyeLike")
 
 
