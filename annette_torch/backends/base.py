@@ -23,10 +23,10 @@ import numpy as np
 import torch
 from torch import nn
 
-BACKENDS: dict[str, type["Backend"]] = {}
+BACKENDS: dict[str, type[Backend]] = {}
 
 
-def register_backend(cls: type["Backend"]) -> type["Backend"]:
+def register_backend(cls: type[Backend]) -> type[Backend]:
     """Class decorator: make a backend available to :func:`get_backend` by its ``name``."""
     if not cls.name or cls.name in BACKENDS:
         raise ValueError(f"backend {cls.__name__} needs a new, unique name (got {cls.name!r})")
@@ -39,7 +39,7 @@ def available_backends() -> list[str]:
     return sorted(BACKENDS)
 
 
-def get_backend(name: str, **options: Any) -> "Backend":
+def get_backend(name: str, **options: Any) -> Backend:
     """A new backend ``name`` built with ``options`` (e.g. ``threads=1, precision="f32"``);
     a ``ValueError`` lists the available backends when ``name`` is unknown."""
     if name not in BACKENDS:
@@ -73,7 +73,7 @@ class Latency:
     threads: int
 
     @classmethod
-    def from_runs(cls, runs_ms: Sequence[float], threads: int) -> "Latency":
+    def from_runs(cls, runs_ms: Sequence[float], threads: int) -> Latency:
         """Summarise ``runs_ms`` (at least one run)."""
         p10, median, p90 = np.percentile(runs_ms, [10, 50, 90])
         return cls(median_ms=float(median), spread=float((p90 - p10) / median),

@@ -21,10 +21,9 @@ from .recognize import BOOKKEEPING_OPS, CallRecord, build_layer, is_leaf_module,
 
 
 class _Recorder(TorchFunctionMode):
-    def __init__(self, weights: set[int], leaf_types: tuple[type, ...], prefix: str = "") -> None:
+    def __init__(self, weights: set[int], prefix: str = "") -> None:
         super().__init__()
         self.weights = weights
-        self.leaf_types = leaf_types
         self.prefix = prefix  # names layers "prefix" + op instead of "module.path.op"
         self.sources: dict[int, tuple[str, ...]] = {}
         self.alive: list[Any] = []  # keeps recorded tensors alive so ids stay unique
@@ -79,7 +78,7 @@ def record_call(fn: Callable, args: tuple, kwargs: dict,
     ``inputs`` are its tensor arguments with their sources (as in :class:`CallRecord`).
     Returns the result, the layers and the source of each tensor in the result.
     """
-    recorder = _Recorder({id(t) for t, src in inputs if src is None}, (), prefix=f"{name}/")
+    recorder = _Recorder({id(t) for t, src in inputs if src is None}, prefix=f"{name}/")
     recorder.sources.update((id(t), src) for t, src in inputs if src is not None)
     recorder.stack.append(path)
     with torch.no_grad(), recorder:
@@ -97,7 +96,7 @@ def eager_capture(model: nn.Module, inputs: list[torch.Tensor], device: str,
     runner = detached_copy(model, meta=device == "meta")  # the user's buffers stay as they are
     names = {id(m): name for name, m in runner.named_modules()}
     weights = {id(t) for t in list(runner.parameters()) + list(runner.buffers())}
-    recorder = _Recorder(weights, leaf_modules)
+    recorder = _Recorder(weights)
 
     def is_leaf(module: nn.Module) -> bool:
         return isinstance(module, leaf_modules) or is_leaf_module(module)

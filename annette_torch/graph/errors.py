@@ -22,7 +22,7 @@ class LayerExecutionError(TraceError):
 
     @classmethod
     def at(cls, name: str, module_path: str, target: Any, args: tuple, kwargs: dict,
-           error: BaseException) -> "LayerExecutionError":
+           error: BaseException) -> LayerExecutionError:
         shapes = [tuple(t.shape) for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
         what = type(target).__name__ if isinstance(target, nn.Module) else getattr(target, "__name__", str(target))
         where = f"layer '{name}'" + (f" (module '{module_path}')" if module_path else "")

@@ -15,10 +15,10 @@ import numpy as np
 from ..kinds import FEATURES
 
 COLUMN = {name: i for i, name in enumerate(FEATURES)}
-LAYER_MODELS: dict[str, type["LayerModel"]] = {}
+LAYER_MODELS: dict[str, type[LayerModel]] = {}
 
 
-def register_layer_model(cls: type["LayerModel"]) -> type["LayerModel"]:
+def register_layer_model(cls: type[LayerModel]) -> type[LayerModel]:
     """Class decorator: make a layer-model type loadable by its ``type`` name."""
     if cls.type_name in LAYER_MODELS:
         raise ValueError(f"layer model type {cls.type_name!r} registered twice")
@@ -44,7 +44,7 @@ class LayerModel:
         raise NotImplementedError
 
     @classmethod
-    def from_dict(cls, data: dict) -> "LayerModel":
+    def from_dict(cls, data: dict) -> LayerModel:
         raise NotImplementedError
 
 

@@ -67,7 +67,7 @@ class FusionRule:
         return all(clause.holds(primary, secondary) for clause in self.condition)
 
     @classmethod
-    def from_dict(cls, data: dict) -> "FusionRule":
+    def from_dict(cls, data: dict) -> FusionRule:
         return cls(primary=str(data["primary"]), secondary=str(data["secondary"]),
                    result=str(data.get("result", data["primary"])),
                    condition=tuple(Clause(**c) for c in data.get("condition") or ()))

@@ -38,7 +38,7 @@ class LatencyLUT:
 
     @classmethod
     def build(cls, cache: SignatureCache, positions: Sequence[Position],
-              fixed: Sequence[tuple[Hashable, Callable[[], nn.Module], tuple[int, ...]]] = ()) -> "LatencyLUT":
+              fixed: Sequence[tuple[Hashable, Callable[[], nn.Module], tuple[int, ...]]] = ()) -> LatencyLUT:
         """Estimate every candidate of every position (and the fixed blocks) once."""
         width = max(len(candidates) for _, candidates in positions)
         table = torch.zeros(len(positions), width, dtype=torch.float64)

@@ -99,7 +99,7 @@ class Profile:
         return path
 
     @classmethod
-    def from_dict(cls, data: Any, source: str = "<dict>") -> "Profile":
+    def from_dict(cls, data: Any, source: str = "<dict>") -> Profile:
         """Validate and build; every error names ``source`` and the offending field."""
         def fail(field_name: str, problem: str) -> ProfileError:
             return ProfileError(f"profile {source}: field '{field_name}': {problem}")
