@@ -731,3 +731,54 @@ def test_bilinear_ops_and_in_place_fill_are_recognised():
     bilinear = [layer for layer in graph if layer.kind == "bilinear"][0]
     assert bilinear.counts.ops == 2 * 3 * 7 * 4 * 6 * 5
     assert bilinear.counts.weight_elems == 4 * 6 * 5 + 4
+
+
+@pytest.mark.parametrize("module, shape", [
+    (nn.AdaptiveAvgPool2d(1), (2, 8, 7, 7)), (nn.AdaptiveAvgPool2d((3, None)), (2, 8, 7, 5)),
+    (nn.AdaptiveAvgPool1d(4), (2, 8, 9)), (nn.AdaptiveAvgPool1d(4), (8, 9)),
+    (nn.AdaptiveAvgPool3d((1, 2, 3)), (1, 4, 5, 6, 7)), (nn.AdaptiveAvgPool2d(2), (8, 7, 7)),
+])
+def test_adaptive_avg_pool_meta_shortcut_has_the_real_shape(module, shape):
+    from annette_torch.kinds import KINDS
+
+    kind = KINDS["adaptive_avg_pool"]
+    fake = kind.meta_output(kind.attrs_from_module(module), [torch.zeros(shape, device="meta")], {})
+    assert fake.shape == module(torch.zeros(shape)).shape
+
+
+@pytest.mark.parametrize("shape", [(4, 6), (6,), (2, 3, 6)])
+def test_linear_meta_shortcut_has_the_real_shape_and_rejects_bad_widths(shape):
+    from annette_torch.kinds import KINDS
+
+    kind, module = KINDS["linear"], nn.Linear(6, 5)
+    fake = kind.meta_output(kind.attrs_from_module(module), [torch.zeros(shape, device="meta")], {})
+    assert fake.shape == module(torch.zeros(shape)).shape
+    with pytest.raises(ValueError, match="expected 6 input features"):
+        kind.meta_output(kind.attrs_from_module(module), [torch.zeros(shape[:-1] + (7,), device="meta")], {})
+
+
+@pytest.mark.parametrize("module, shape", [
+    (nn.Conv2d(3, 8, 3), (2, 3, 17, 19)), (nn.Conv2d(3, 8, 5, stride=2, padding=2), (1, 3, 33, 32)),
+    (nn.Conv2d(8, 8, 3, padding=2, dilation=2, groups=8), (1, 8, 15, 15)),
+    (nn.Conv2d(4, 6, (3, 1), stride=(2, 1), padding=(1, 0)), (1, 4, 9, 7)),
+    (nn.Conv2d(4, 6, 3, padding="same"), (4, 10, 10)), (nn.Conv2d(4, 6, 3, padding="valid"), (1, 4, 10, 10)),
+    (nn.Conv1d(4, 6, 5, stride=3), (2, 4, 50)), (nn.Conv3d(2, 4, 3, padding=1, stride=2), (1, 2, 7, 8, 9)),
+    (nn.Conv2d(3, 8, 3, padding=1, padding_mode="reflect"), (1, 3, 8, 8)),
+])
+def test_conv_meta_shortcut_has_the_real_shape(module, shape):
+    from annette_torch.kinds import KINDS
+
+    kind = KINDS["conv"]
+    fake = kind.meta_output(kind.attrs_from_module(module), [torch.zeros(shape, device="meta")], {})
+    assert fake.shape == module(torch.zeros(shape)).shape
+
+
+def test_conv_meta_shortcut_rejects_what_torch_rejects():
+    from annette_torch.kinds import KINDS
+
+    kind, module = KINDS["conv"], nn.Conv2d(3, 8, 5)
+    for shape in [(1, 4, 16, 16), (1, 3, 4, 16), (3, 16)]:
+        with pytest.raises(RuntimeError):
+            module(torch.zeros(shape))
+        with pytest.raises(ValueError):
+            kind.meta_output(kind.attrs_from_module(module), [torch.zeros(shape, device="meta")], {})

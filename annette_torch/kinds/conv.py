@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 
+import torch
 from torch import nn
 
 from .registry import LayerKind, alias_kind, default_dims, register_kind, tuple_of
@@ -80,6 +81,27 @@ class Conv(LayerKind):
     def dims(self, attrs, in_shapes, out_shapes):
         out = out_shapes[0]
         return {"n": out[0]} | _conv_dims(attrs, out[2:])
+
+    def meta_output(self, attrs, tensors, kwargs):
+        """The output of a conv module from the shape formula (torch's meta kernel costs
+        ~10x more); inputs torch would reject raise ``ValueError``."""
+        if len(tensors) != 1:
+            return None  # the functional form: weight and bias are operands, run the op
+        x, nd = tensors[0], attrs["spatial_dims"]
+        if x.dim() not in (nd + 1, nd + 2) or x.shape[-nd - 1] != attrs["in_channels"]:
+            raise ValueError(f"expected a ({nd + 1}D or {nd + 2}D) input with {attrs['in_channels']} "
+                             f"channels, got {tuple(x.shape)}")
+        spatial = tuple(x.shape[-nd:])
+        if attrs["padding"] == "same":
+            out = spatial
+        else:
+            padding = (0,) * nd if attrs["padding"] == "valid" else attrs["padding"]
+            out = tuple((i + 2 * p - d * (k - 1) - 1) // s + 1 for i, p, d, k, s in
+                        zip(spatial, padding, attrs["dilation"], attrs["kernel_size"], attrs["stride"]))
+        if min(out) < 1:
+            raise ValueError(f"input {tuple(x.shape)} is smaller than the kernel {attrs['kernel_size']}")
+        shape = tuple(x.shape[:-nd - 1]) + (attrs["out_channels"],) + out
+        return torch.empty(shape, dtype=x.dtype, device="meta")
 
 
 alias_kind("depthwise_conv", Conv)

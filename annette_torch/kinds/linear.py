@@ -17,6 +17,7 @@ from __future__ import annotations
 import collections
 import math
 
+import torch
 from torch import nn
 
 from .registry import LayerKind, register_kind
@@ -42,6 +43,14 @@ class Linear(LayerKind):
     def count_ops(self, attrs, in_shapes, out_shapes):
         rows = math.prod(out_shapes[0][:-1])
         return 2.0 * rows * attrs["in_features"] * attrs["out_features"]
+
+    def meta_output(self, attrs, tensors, kwargs):
+        """(..., out_features) without torch's meta decomposition (which imports torch._dynamo
+        the first time it runs)."""
+        x = tensors[0]
+        if x.shape[-1:] != (attrs["in_features"],):
+            raise ValueError(f"expected {attrs['in_features']} input features, got input {tuple(x.shape)}")
+        return torch.empty(tuple(x.shape[:-1]) + (attrs["out_features"],), dtype=x.dtype, device="meta")
 
     def dims(self, attrs, in_shapes, out_shapes):
         out = out_shapes[0]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 
+import torch
 from torch import nn
 
 from .registry import LayerKind, numel, register_kind, tuple_of
@@ -71,7 +72,8 @@ class _AdaptivePool(LayerKind):
     pool_type = ""
 
     def attrs_from_module(self, module):
-        return {"pool_type": self.pool_type, "output_size": module.output_size}
+        return {"pool_type": self.pool_type, "output_size": module.output_size,
+                "spatial_dims": int(type(module).__name__[-2])}
 
     def attrs_from_call(self, args, kwargs):
         return {"pool_type": self.pool_type,
@@ -103,6 +105,20 @@ class AdaptiveAvgPool(_AdaptivePool):
     pool_type = "avg"
     modules = (nn.AdaptiveAvgPool1d, nn.AdaptiveAvgPool2d, nn.AdaptiveAvgPool3d)
     ops = ("adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d")
+
+    def meta_output(self, attrs, tensors, kwargs):
+        """(N, C, *output_size) without running torch's meta kernel, which imports
+        torch._dynamo (about a second) the first time it runs."""
+        size = attrs.get("output_size")
+        spatial = len(size) if isinstance(size, (tuple, list)) else attrs.get("spatial_dims")
+        if len(tensors) != 1 or size is None or spatial is None:
+            return None  # e.g. F.adaptive_avg_pool2d(x, 1): the spatial rank is not known here
+        x = tensors[0]
+        sizes = tuple(size) if isinstance(size, (tuple, list)) else (size,) * spatial
+        if x.dim() not in (spatial + 1, spatial + 2):
+            raise ValueError(f"expected a {spatial + 1}D or {spatial + 2}D input, got {tuple(x.shape)}")
+        out = tuple(x.shape[-spatial + i] if s is None else int(s) for i, s in enumerate(sizes))
+        return torch.empty(tuple(x.shape[:-spatial]) + out, dtype=x.dtype, device="meta")
 
 
 @register_kind
