@@ -13,6 +13,7 @@ import warnings
 import pandas as pd
 
 from . import __version__
+from .atomic import atomic_path
 from .estimator import DEFAULT_PROFILE, Estimator
 from .graph import TraceError
 from .profiles import ProfileError, builtin_names, load_profile
@@ -65,7 +66,8 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     for warning in caught:
         print(f"warning: {warning.message}", file=sys.stderr)
     if args.csv:
-        report.to_csv(args.csv, index=False)
+        with atomic_path(args.csv) as tmp:
+            report.to_csv(tmp, index=False)
         print(f"wrote {args.csv}")
     if args.plot:
         from .plotting import plot_report
@@ -111,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (TraceError, ProfileError, ValueError) as error:
+    except (TraceError, ProfileError, ValueError, OSError) as error:
         print(f"annette-torch: error: {error}", file=sys.stderr)
         return 2
 

@@ -62,15 +62,18 @@ class Estimator:
         self.model_type = model_type
         self.use_mapping = use_mapping
         self._rules = self.profile.mapping if use_mapping else ()
+        self._plan_key = ("plan", object())  # this estimator's entry in a graph's cache
 
     def __repr__(self) -> str:
         return (f"Estimator(profile={self.profile.name!r}, model_type={self.model_type!r}, "
                 f"use_mapping={self.use_mapping})")
 
-    def graph_of(self, model: nn.Module | LayerGraph, input_shape=None, example_inputs=None) -> LayerGraph:
+    def graph_of(self, model: nn.Module | LayerGraph, **trace_kwargs: Any) -> LayerGraph:
+        """``model`` itself if it is a traced graph, else ``trace(model, **trace_kwargs)``
+        (``input_shape=``, ``example_inputs=``, ``leaf_modules=``)."""
         if isinstance(model, LayerGraph):
             return model
-        return trace(model, input_shape=input_shape, example_inputs=example_inputs)
+        return trace(model, **trace_kwargs)
 
     def kernel_table(self, graph: LayerGraph) -> KernelTable:
         """The kernels ``graph`` runs as on this target (cached on the graph)."""
@@ -102,19 +105,31 @@ class Estimator:
         self._warn_unknown(graph, table)
         return KernelTimes(table, time_ms, bound, moved, types, entries)
 
-    def __call__(self, model: nn.Module | LayerGraph, input_shape=None, example_inputs=None) -> float:
-        """Estimated time of one inference in milliseconds (kernels + per-inference overhead)."""
-        graph = self.graph_of(model, input_shape, example_inputs)
-        return float(self.kernel_times(graph).time_ms.sum()) + self.profile.overhead_ms
+    def __call__(self, model: nn.Module | LayerGraph, **trace_kwargs: Any) -> float:
+        """Estimated time of one inference in milliseconds (kernels + per-inference overhead).
+
+        The fast path for search loops: per graph, the kernel table and which layer model
+        answers which rows are worked out once; a call is one prediction per kernel kind.
+        """
+        graph = self.graph_of(model, **trace_kwargs)
+        plan = graph._cache.get(self._plan_key)
+        if plan is None:
+            table = self.kernel_table(graph)
+            plan = [(table.features[rows[~table.free[rows]]], self.layer_model(kind)[2])
+                    for kind, rows in table.groups.items()]
+            graph._cache[self._plan_key] = plan = [(f, m) for f, m in plan if len(f)]
+            self._warn_unknown(graph, table)
+        seconds = sum(float(model.predict(features)[0].sum()) for features, model in plan)
+        return seconds * 1e3 + self.profile.overhead_ms
 
     estimate = __call__
 
-    def report(self, model: nn.Module | LayerGraph, input_shape=None, example_inputs=None) -> pd.DataFrame:
+    def report(self, model: nn.Module | LayerGraph, **trace_kwargs: Any) -> pd.DataFrame:
         """One row per kernel: name, kind, absorbed layers, ops, bytes, time, model, bound.
 
         ``report.attrs`` holds ``total_ms`` (including ``overhead_ms``) and the profile name.
         """
-        graph = self.graph_of(model, input_shape, example_inputs)
+        graph = self.graph_of(model, **trace_kwargs)
         times = self.kernel_times(graph)
         table = times.table
         bound = np.where(table.free, "free", np.where(times.compute_bound, "compute", "memory"))
@@ -146,7 +161,7 @@ class Estimator:
         ops = collections.Counter(layer.attrs.get("op", "?") for layer in graph.unknown_layers())
         listed = ", ".join(f"{op} x{n}" for op, n in ops.most_common())
         warnings.warn(f"{graph.model_name}: {sum(ops.values())} layer(s) of unknown kind ({listed}) "
-                      f"were estimated with the roofline fallback", UnknownKindWarning, stacklevel=3)
+                      f"were estimated with the roofline fallback", UnknownKindWarning, stacklevel=4)
 
 
 def estimate(model: Any, profile: str | Profile = DEFAULT_PROFILE, **trace_kwargs: Any) -> float:

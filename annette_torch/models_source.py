@@ -52,9 +52,13 @@ def _timm(name: str) -> ResolvedModel:
         model = timm.create_model(name, pretrained=False).eval()
     except RuntimeError as error:
         raise SystemExit(f"timm cannot build {name!r}: {error}") from error
-    cfg = getattr(model, "pretrained_cfg", None) or getattr(model, "default_cfg", {}) or {}
-    size = tuple(cfg.get("input_size", (3, 224, 224)))
-    return ResolvedModel(name, model, None, (1,) + size)
+    return ResolvedModel(name, model, None, timm_input_shape(model))
+
+
+def timm_input_shape(model: nn.Module, batch: int = 1) -> tuple[int, ...]:
+    """A timm model's default input shape, from its pretrained config (224x224 if none)."""
+    cfg = getattr(model, "pretrained_cfg", None) or getattr(model, "default_cfg", None) or {}
+    return (batch, *cfg.get("input_size", (3, 224, 224)))
 
 
 def _python_file(path: str, function: str) -> ResolvedModel:

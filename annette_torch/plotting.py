@@ -6,6 +6,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from .atomic import atomic_path
 from .profiles import Profile
 
 
@@ -52,6 +53,7 @@ def plot_report(report: pd.DataFrame, profile: Profile, path: str | Path) -> Pat
     right.set_title("kernels under the profile's rooflines")
     fig.tight_layout()
     path = Path(path)
-    fig.savefig(path, dpi=110)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=110, format=path.suffix.lstrip(".") or "png")
     plt.close(fig)
     return path

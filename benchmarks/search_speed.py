@@ -49,7 +49,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--profile", default=DEFAULT_PROFILE)
     parser.add_argument("--cached", type=int, default=2000, help="candidates scored through the cache")
     parser.add_argument("--uncached", type=int, default=20, help="candidates built, traced and estimated")
-    parser.add_argument("--measured", type=int, default=3, help="candidates measured on the backend")
+    parser.add_argument("--measured", type=int, default=3, help="candidates measured on the backend (at least 1)")
     parser.add_argument("--backend", default="openvino-cpu", choices=available_backends())
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=20)
@@ -59,6 +59,8 @@ def parse_args() -> argparse.Namespace:
     args = parser.parse_args()
     if args.smoke:
         vars(args).update(SMOKE)
+    if min(args.cached, args.uncached, args.measured) < 1:
+        parser.error("--cached, --uncached and --measured need at least 1 candidate each")
     return args
 
 

@@ -104,21 +104,17 @@ def _flop_counter_ratio(graph, model, shape) -> str:
     return f"{graph.total('ops', kinds=PRODUCT_KINDS) / reference:.4f}" if reference else ""
 
 
-def _input_shape(model) -> tuple[int, ...]:
-    cfg = getattr(model, "pretrained_cfg", None) or getattr(model, "default_cfg", {})
-    return (1, *cfg.get("input_size", (3, 224, 224)))
-
-
 def _trace_on(name: str, device: str) -> dict:
     """Build ``name`` on ``device`` ("meta" or "cpu") and trace it; raises on failure."""
     import timm
     import torch
 
     import annette_torch
+    from annette_torch.models_source import timm_input_shape
 
     with torch.device(device):
         model = timm.create_model(name, pretrained=False).eval()
-    shape = _input_shape(model)
+    shape = timm_input_shape(model)
     start = time.perf_counter()
     graph = annette_torch.trace(model, input_shape=shape, name=name)
     seconds = time.perf_counter() - start
@@ -132,13 +128,14 @@ def _trace_on(name: str, device: str) -> dict:
 
 def measure(name: str) -> dict:
     """One table row for ``name``: traced on meta, or on the CPU when meta fails."""
+    from annette_torch.graph.errors import first_line
+
     errors = []
     for device in ("meta", "cpu"):
         try:
             return {"model": name} | _trace_on(name, device)
         except Exception as error:  # noqa: BLE001 - reported in the table
-            first = str(error).strip().splitlines()[0] if str(error).strip() else ""
-            errors.append(f"{device}: {type(error).__name__}: {first}"[:300])
+            errors.append(f"{device}: {first_line(error, with_type=True)}"[:300])
     return _failed(name, " | ".join(errors))
 
 

@@ -280,7 +280,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="an extra profile JSON file (repeatable)")
     parser.add_argument("--runtimes", nargs="*", metavar="BACKEND/THREADS",
                         help=f"local runtimes to measure (default {' '.join(RUNTIMES)}; "
-                             f"with --smoke {' '.join(SMOKE_RUNTIMES)}); none: skip measuring")
+                             f"with --smoke {' '.join(SMOKE_RUNTIMES)}); --runtimes with no names: skip measuring")
     parser.add_argument("--smoke", action="store_true", help="fewer runtimes and timed runs")
     args = parser.parse_args(argv)
     if args.runtimes is None:

@@ -38,8 +38,8 @@ from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 import torch
-from scipy.stats import spearmanr
 
 from annette_torch import Estimator
 from annette_torch.backends import available_backends, cpu_model, get_backend
@@ -207,7 +207,7 @@ def print_measured(args: argparse.Namespace, top: list[Candidate], measured: lis
         print("Spearman rank correlation: n/a (needs at least 3 candidates)")
         return None
     predicted = np.array([c.cost.time_ms for c in top])
-    rho = float(spearmanr(predicted, [m.median_ms for m in measured]).statistic)
+    rho = float(pd.Series(predicted).corr(pd.Series([m.median_ms for m in measured]), method="spearman"))
     print(f"Spearman rank correlation (predicted vs measured, {len(top)} candidates): {rho:+.3f}")
     predicted_range = np.ptp(predicted) / np.median(predicted)
     noise = float(np.median([m.spread for m in measured]))

@@ -93,7 +93,10 @@ def test_unknown_kind_falls_back_to_roofline_with_one_warning_naming_it():
     assert len(messages) == 1 and "Opaque x2" in messages[0] and "roofline" in messages[0]
     report = est.report(graph)
     unknown = report[report["kind"] == "unknown"]
-    assert len(unknown) == 2 and (unknown["layer_model"] == "roofline").all() and (unknown["time_ms"] > 0).all()
+    assert len(unknown) == 2 and (unknown["profile_entry"] == "default").all() and (unknown["time_ms"] > 0).all()
+    # the preferred set's default is ANNETTE's "Base" roofline: a refined roofline with no unrolled dims
+    default = est.profile.layer_models[unknown["layer_model"].iloc[0]]["default"]
+    assert getattr(default, "unroll", {}) == {}
     assert ms == pytest.approx(report["time_ms"].sum())
 
 
@@ -183,3 +186,31 @@ def test_cli_profiles_lists_fingerprints(capsys):
     assert cli_main(["profiles"]) == 0
     out = capsys.readouterr().out
     assert "zcu102-dpu" in out and "ncs2-myriad (default)" in out and "backend=" in out
+
+
+def test_save_is_atomic_readable_and_leaves_no_temporary_files(tmp_path):
+    profile = load_profile("zcu102-dpu")
+    path = profile.save(tmp_path / "sub" / "p.json")
+    assert sorted(p.name for p in path.parent.iterdir()) == ["p.json"]
+    assert path.stat().st_mode & 0o044  # readable by others, like any file the user writes
+    profile.fit_metrics["bad"] = object()  # not JSON: the old file must survive untouched
+    with pytest.raises(TypeError):
+        profile.save(path)
+    assert sorted(p.name for p in path.parent.iterdir()) == ["p.json"]
+    assert load_profile(path).name == "zcu102-dpu"
+
+
+def test_builtin_name_wins_over_a_same_named_folder(tmp_path, monkeypatch):
+    (tmp_path / "ncs2-myriad").mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert load_profile("ncs2-myriad").name == "ncs2-myriad"
+
+
+def test_estimator_passes_trace_options_through():
+    class Opaque(nn.Module):
+        def forward(self, x):
+            return x * 2
+
+    model = nn.Sequential(nn.Conv2d(3, 3, 1), Opaque())
+    report = Estimator("zcu102-dpu").report(model, input_shape=(1, 3, 8, 8), leaf_modules=(Opaque,))
+    assert "unknown" in set(report["kind"])

@@ -134,3 +134,19 @@ def test_width_groups_scale_only_their_layers(est):
     assert (m.grad > 0).all()
     with pytest.raises(ValueError, match="expected 2 multipliers"):
         by_stage(torch.ones(3))
+
+
+def test_block_cache_keys_include_the_input_shape_and_width_scales_fused_kernels(est):
+    cache = SignatureCache(est)
+    build = lambda: InvertedResidual(16, 16, 1, 3, 3)  # noqa: E731
+    small, large = cache.block("mb", build, (1, 16, 8, 8)), cache.block("mb", build, (1, 16, 32, 32))
+    assert large.time_ms > small.time_ms and cache.misses == 2
+    # conv + 2x2 max-pool fuses into a conv_pool kernel on ncs2: it must scale like a conv
+    model = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.MaxPool2d(2), nn.Conv2d(16, 16, 3, padding=1),
+                          nn.MaxPool2d(2), nn.Conv2d(16, 4, 1))
+    graph = trace(model, input_shape=(1, 3, 32, 32))
+    width = WidthLatency(Estimator("ncs2-myriad", model_type="roofline"), graph)
+    assert "conv_pool" in width.table.kinds
+    ops = width.features(torch.tensor([2.0]))[:, 0] / width.base[:, 0]
+    kinds = width.table.kinds
+    assert [float(r) for r, k in zip(ops, kinds) if k == "conv_pool"] == [2.0, 4.0]

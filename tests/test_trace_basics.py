@@ -782,3 +782,34 @@ def test_conv_meta_shortcut_rejects_what_torch_rejects():
             module(torch.zeros(shape))
         with pytest.raises(ValueError):
             kind.meta_output(kind.attrs_from_module(module), [torch.zeros(shape, device="meta")], {})
+
+
+@pytest.mark.parametrize("module, shape", [
+    (nn.Conv2d(3, 16, 3), (3, 32, 32)), (nn.ConvTranspose2d(3, 16, 3, stride=2), (3, 8, 8)),
+    (nn.Conv1d(3, 4, 3), (3, 10)),
+])
+def test_unbatched_convs_count_like_the_flop_counter(module, shape, flops_of):
+    layer = trace(module, input_shape=shape).layers[0]
+    assert layer.counts.ops == flops_of(module, shape)
+    assert layer.counts.dims["n"] == 1
+
+
+def test_unbatched_pooling_window_and_batch():
+    class Functional(nn.Module):
+        def forward(self, x):
+            return F.max_pool2d(x, (3, 3))
+
+    for model in (Functional(), nn.MaxPool2d(3)):
+        layer = trace(model, input_shape=(3, 12, 12)).layers[0]
+        assert layer.counts.ops == 3 * 4 * 4 * 9
+        assert (layer.counts.dims["n"], layer.counts.dims["c"], layer.counts.dims["h"]) == (1, 3, 4)
+
+
+def test_comparisons_keep_their_bool_dtype_through_shape_propagation():
+    class Select(nn.Module):
+        def forward(self, x):
+            return torch.where(x > x * 2, x, x + 1).sqrt() + torch.logical_not(x < 0)
+
+    graph = trace(Select(), input_shape=(2, 3))
+    assert [layer.kind for layer in graph].count("compare") == 4
+    assert graph.layers[-1].output_shapes == ((2, 3),)

@@ -23,6 +23,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..graph.errors import first_line
+
 BACKENDS: dict[str, type[Backend]] = {}
 
 
@@ -51,8 +53,7 @@ class BackendError(RuntimeError):
     """A backend failed at one ``step`` ("export", "compile" or "run")."""
 
     def __init__(self, backend: str, step: str, error: BaseException) -> None:
-        first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
-        super().__init__(f"backend {backend!r} failed to {step}: {type(error).__name__}: {first_line}")
+        super().__init__(f"backend {backend!r} failed to {step}: {type(error).__name__}: {first_line(error)}")
         self.backend = backend
         self.step = step
 

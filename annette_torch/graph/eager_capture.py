@@ -14,7 +14,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from ..kinds import canonical_op
-from .errors import LayerExecutionError
+from .errors import LayerExecutionError, first_line
 from .fx_capture import detached_copy
 from .layer_graph import Layer
 from .recognize import BOOKKEEPING_OPS, CallRecord, build_layer, is_leaf_module, tensor_leaves
@@ -129,7 +129,7 @@ def eager_capture(model: nn.Module, inputs: list[torch.Tensor], device: str,
         where = recorder.stack[-1] if recorder.stack else type(model).__name__
         raise LayerExecutionError(
             f"running module '{where}' failed after layer '{last}': "
-            f"{str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__}",
+            f"{first_line(error)}",
             layer=where, original=error) from error
     finally:
         for handle in handles:

@@ -8,6 +8,14 @@ from torch import nn
 from torch.utils._pytree import tree_leaves
 
 
+def first_line(error: BaseException, with_type: bool = False) -> str:
+    """The first line of an error's message (its type name when the message is empty),
+    optionally prefixed by the type: what a one-line report of a failure needs."""
+    text = str(error).strip()
+    line = text.splitlines()[0] if text else type(error).__name__
+    return f"{type(error).__name__}: {line}" if with_type and text else line
+
+
 class TraceError(RuntimeError):
     """No capture method could turn the model into a layer graph."""
 
@@ -26,6 +34,5 @@ class LayerExecutionError(TraceError):
         shapes = [tuple(t.shape) for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
         what = type(target).__name__ if isinstance(target, nn.Module) else getattr(target, "__name__", str(target))
         where = f"layer '{name}'" + (f" (module '{module_path}')" if module_path else "")
-        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        return cls(f"{where}, a {what} call, failed on input shapes {shapes}: {first_line}",
+        return cls(f"{where}, a {what} call, failed on input shapes {shapes}: {first_line(error)}",
                    layer=name, original=error)

@@ -45,11 +45,6 @@ def symbolic_trace(model: nn.Module, leaf_modules: tuple[type, ...] = (), num_in
     return _LayerTracer(leaf_modules).trace(model)
 
 
-def meta_copy(module: nn.Module) -> nn.Module:
-    """A shallow copy of ``module`` whose parameters and buffers live on ``meta``."""
-    return detached_copy(module, meta=True)
-
-
 def detached_copy(module: nn.Module, meta: bool = False) -> nn.Module:
     """A shallow copy of ``module`` to run instead of it: with ``meta`` its parameters and
     buffers are meta tensors; otherwise it shares the parameters and holds copies of the
@@ -140,7 +135,7 @@ def run_graph(graph: fx.Graph, root: nn.Module, inputs: list[torch.Tensor], devi
         if node.op == "call_module":
             if node.target not in modules:
                 module = root.get_submodule(node.target)
-                modules[node.target] = meta_copy(module) if meta else module
+                modules[node.target] = detached_copy(module, meta=True) if meta else module
             target: Any = modules[node.target]
             fn: Callable = target
         elif node.op == "call_function":

@@ -49,7 +49,7 @@ from onnx.reference import ReferenceEvaluator
 
 from ..kinds import KINDS, kind_for_onnx, layer_counts
 from ..kinds.registry import Shape, numel
-from .errors import TraceError
+from .errors import TraceError, first_line
 from .layer_graph import Layer, LayerGraph
 
 #: Node domains whose op types the layer kinds describe.
@@ -109,7 +109,7 @@ def _load(path_or_model) -> tuple[onnx.ModelProto, str, str]:
     try:
         model = onnx.load(path, load_external_data=False)
     except Exception as error:  # noqa: BLE001 - protobuf raises several error types
-        raise ValueError(f"{path} is not a readable ONNX model: {_first_line(error)}") from error
+        raise ValueError(f"{path} is not a readable ONNX model: {first_line(error)}") from error
     if not model.graph.node:
         raise ValueError(f"{path} is not a readable ONNX model: it holds no graph nodes")
     _drop_weight_data(model.graph)
@@ -158,7 +158,7 @@ def _infer_shapes(model: onnx.ModelProto, label: str, overridden: bool) -> onnx.
     except Exception as error:  # noqa: BLE001 - onnx raises InferenceError and checker errors
         hint = (" (the model may have been exported for a fixed input shape that input_shape "
                 "changes)" if overridden else "")
-        raise TraceError(f"{label}: ONNX shape inference failed{hint}: {_first_line(error)}") from error
+        raise TraceError(f"{label}: ONNX shape inference failed{hint}: {first_line(error)}") from error
 
 
 class _Tensors:
@@ -330,7 +330,7 @@ def _build_layer(node: onnx.NodeProto, name: str, tensors: _Tensors, producers: 
             attrs = _ATTRS.get(node.op_type, lambda view: {})(_NodeView(node, tensors, where))
             counts = layer_counts(kind, attrs, in_shapes, out_shapes, is_weight)
         except Exception as error:  # noqa: BLE001 - an unusual node becomes an unknown layer
-            attrs = {"op": node.op_type, "note": f"{kind.name} attributes unreadable: {_first_line(error)}"}
+            attrs = {"op": node.op_type, "note": f"{kind.name} attributes unreadable: {first_line(error)}"}
     if counts is None:
         kind = KINDS["unknown"]
         counts = layer_counts(kind, attrs, in_shapes, out_shapes, is_weight)
@@ -472,8 +472,3 @@ def _shape_text(type_proto: onnx.TypeProto) -> str:
     dims = type_proto.tensor_type.shape.dim
     return "(" + ", ".join(d.dim_param or (str(d.dim_value) if d.HasField("dim_value") else "?")
                            for d in dims) + ")"
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__

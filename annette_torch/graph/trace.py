@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from .eager_capture import eager_capture
-from .errors import LayerExecutionError, TraceError
+from .errors import LayerExecutionError, TraceError, first_line
 from .fx_capture import run_graph, symbolic_trace
 from .layer_graph import LayerGraph
 
@@ -102,7 +102,7 @@ def trace(model: nn.Module, input_shape: ShapeLike | Sequence[ShapeLike] | None 
         real_inputs = _as_inputs(input_shape, example_inputs, str(real_device))
         return graph(run_graph(fx_graph, model, real_inputs, str(real_device)), "fx-real")
 
-    failures = [f"torch.fx: {_first_line(fx_failure)}"]
+    failures = [f"torch.fx: {first_line(fx_failure, with_type=True)}"]
     for device in ("meta", str(real_device)):
         if device != "meta" and _model_on_meta(model):
             break
@@ -114,7 +114,7 @@ def trace(model: nn.Module, input_shape: ShapeLike | Sequence[ShapeLike] | None 
             if device != "meta" and not _is_meta_limitation(error.original or error):
                 break
             continue
-        warnings.warn(f"{label}: torch.fx could not trace it ({_first_line(fx_failure)}); captured one "
+        warnings.warn(f"{label}: torch.fx could not trace it ({first_line(fx_failure, with_type=True)}); captured one "
                       f"eager forward pass instead. The graph follows the path this input took.",
                       stacklevel=2)
         return graph(layers, f"eager-{'meta' if device == 'meta' else 'real'}")
@@ -129,7 +129,3 @@ def trace(model: nn.Module, input_shape: ShapeLike | Sequence[ShapeLike] | None 
 def _model_on_meta(model: nn.Module) -> bool:
     return any(p.device.type == "meta" for p in model.parameters())
 
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return f"{type(error).__name__}: {text.splitlines()[0]}" if text else type(error).__name__

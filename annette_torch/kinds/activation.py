@@ -138,7 +138,7 @@ class UnaryMath(_Activation):
     """Pointwise math without a dedicated kind (exp, sqrt, abs, ...)."""
     name = "unary"
     ops = ("exp", "log", "sqrt", "rsqrt", "abs", "neg", "pow", "erf", "sin", "cos",
-           "reciprocal", "square", "sign", "floor", "ceil", "round", "logical_not",
+           "reciprocal", "square", "sign", "floor", "ceil", "round",
            "invert", "bitwise_not")
     onnx_ops = ("Exp", "Log", "Sqrt", "Abs", "Neg", "Pow", "Erf", "Sin", "Cos", "Reciprocal",
                 "Sign", "Floor", "Ceil", "Round", "Not")

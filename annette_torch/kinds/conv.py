@@ -12,7 +12,7 @@ import math
 import torch
 from torch import nn
 
-from .registry import LayerKind, alias_kind, default_dims, register_kind, tuple_of
+from .registry import LayerKind, alias_kind, register_kind, tuple_of
 
 
 def _conv_attrs(module) -> dict:
@@ -45,6 +45,12 @@ def _call_attrs(args, kwargs, transposed: bool) -> dict:
     }
 
 
+def _split(shape, attrs) -> tuple[int, tuple[int, ...]]:
+    """(batch, spatial sizes) of a conv activation, batched (N, C, *S) or not (C, *S)."""
+    nd = attrs["spatial_dims"]
+    return math.prod(shape[:-nd - 1]) or 1, tuple(shape[-nd:])
+
+
 def _conv_dims(attrs, spatial) -> dict:
     ks = attrs["kernel_size"]
     kh = int(math.prod(ks[:-1])) if len(ks) > 1 else 1
@@ -73,14 +79,14 @@ class Conv(LayerKind):
         return "depthwise_conv" if g > 1 and g == attrs["in_channels"] else "conv"
 
     def count_ops(self, attrs, in_shapes, out_shapes):
-        out = out_shapes[0]
-        macs = (out[0] * math.prod(out[2:]) * attrs["out_channels"]
+        batch, spatial = _split(out_shapes[0], attrs)
+        macs = (batch * math.prod(spatial) * attrs["out_channels"]
                 * (attrs["in_channels"] // attrs["groups"]) * math.prod(attrs["kernel_size"]))
         return 2.0 * macs
 
     def dims(self, attrs, in_shapes, out_shapes):
-        out = out_shapes[0]
-        return {"n": out[0]} | _conv_dims(attrs, out[2:])
+        batch, spatial = _split(out_shapes[0], attrs)
+        return {"n": batch} | _conv_dims(attrs, spatial)
 
     def meta_output(self, attrs, tensors, kwargs):
         """The output of a conv module from the shape formula (torch's meta kernel costs
@@ -121,11 +127,11 @@ class ConvTranspose(LayerKind):
         return _call_attrs(args, kwargs, transposed=True)
 
     def count_ops(self, attrs, in_shapes, out_shapes):
-        x = in_shapes[0]
-        macs = (x[0] * math.prod(x[2:]) * attrs["in_channels"]
+        batch, spatial = _split(in_shapes[0], attrs)
+        macs = (batch * math.prod(spatial) * attrs["in_channels"]
                 * (attrs["out_channels"] // attrs["groups"]) * math.prod(attrs["kernel_size"]))
         return 2.0 * macs
 
     def dims(self, attrs, in_shapes, out_shapes):
-        out = out_shapes[0]
-        return default_dims(out) | _conv_dims(attrs, out[2:])
+        batch, spatial = _split(out_shapes[0], attrs)
+        return {"n": batch} | _conv_dims(attrs, spatial)

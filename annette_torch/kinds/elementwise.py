@@ -5,7 +5,7 @@ activations and a scalar multiply reads one; ``c`` etc. are those of the output.
 """
 from __future__ import annotations
 
-from .registry import BroadcastKind, register_kind
+from .registry import BroadcastKind, LayerKind, register_kind
 
 
 @register_kind
@@ -37,10 +37,11 @@ class Div(BroadcastKind):
 
 
 @register_kind
-class Compare(BroadcastKind):
-    """Comparisons, masks and selection (where, masked_fill, maximum, ...)."""
+class Compare(LayerKind):
+    """Comparisons, masks and selection (where, masked_fill, maximum, ...). Their result
+    dtype (bool for comparisons) differs from their inputs', so the op itself runs on meta."""
     name = "compare"
     ops = ("eq", "ne", "lt", "le", "gt", "ge", "where", "masked_fill", "maximum", "minimum",
-           "logical_and", "logical_or", "and", "or", "lerp", "addcmul", "addcdiv")
+           "logical_and", "logical_or", "logical_not", "and", "or", "lerp", "addcmul", "addcdiv")
     onnx_ops = ("Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "Where", "Max",
                 "Min", "And", "Or")

@@ -102,9 +102,6 @@ class MatMul(LayerKind):
     ops = ("matmul", "mm", "bmm", "addmm", "baddbmm", "addbmm")
     onnx_ops = ("MatMul",)
 
-    def attrs_from_call(self, args, kwargs):
-        return {}
-
     @staticmethod
     def _operands(in_shapes):
         # addmm/baddbmm take (bias, a, b): the last two are the matrix operands.

@@ -13,13 +13,16 @@ import math
 import torch
 from torch import nn
 
-from .registry import LayerKind, numel, register_kind, tuple_of
+from .registry import LayerKind, default_dims, numel, register_kind, tuple_of
 
 
 def _pool_dims(kernel, stride, out_shape):
-    spatial = out_shape[2:] if len(out_shape) > 2 else out_shape[-1:]
-    return {"n": out_shape[0], "c": out_shape[1] if len(out_shape) > 2 else 1,
-            "f": out_shape[1] if len(out_shape) > 2 else 1,
+    """Dimensions of a pool whose window has ``len(kernel)`` spatial dims; the output is
+    batched (N, C, *S) or not (C, *S)."""
+    nd = len(kernel)
+    spatial = tuple(out_shape[-nd:])
+    channels = out_shape[-nd - 1] if len(out_shape) > nd else 1
+    return {"n": math.prod(out_shape[:-nd - 1]) or 1, "c": channels, "f": channels,
             "h": math.prod(spatial[:-1]) if len(spatial) > 1 else 1, "w": spatial[-1],
             "kh": math.prod(kernel[:-1]) if len(kernel) > 1 else 1, "kw": kernel[-1],
             "stride": stride[-1]}
@@ -37,7 +40,9 @@ class _Pool(LayerKind):
     def attrs_from_call(self, args, kwargs):
         names = ("input", "kernel_size", "stride", "padding")
         bound = dict(zip(names, args)) | kwargs
-        nd = bound["input"].dim() - 2
+        size = bound["kernel_size"]
+        # a tuple window says its rank; an int window is read as batched (N, C, *S) input
+        nd = len(size) if isinstance(size, (tuple, list)) else max(bound["input"].dim() - 2, 1)
         stride = bound.get("stride") or bound["kernel_size"]
         return {"pool_type": self.pool_type, "kernel_size": tuple_of(bound["kernel_size"], nd),
                 "stride": tuple_of(stride, nd), "padding": tuple_of(bound.get("padding", 0), nd)}
@@ -136,18 +141,12 @@ class GlobalAvgPool(_AdaptivePool):
     pool_type = "avg"
     onnx_ops = ("GlobalAveragePool",)
 
-    def attrs_from_call(self, args, kwargs):
-        return {"pool_type": "avg", "output_size": 1}
-
 
 @register_kind
 class GlobalMaxPool(_AdaptivePool):
     name = "global_max_pool"
     pool_type = "max"
     onnx_ops = ("GlobalMaxPool",)
-
-    def attrs_from_call(self, args, kwargs):
-        return {"pool_type": "max", "output_size": 1}
 
 
 @register_kind
@@ -163,5 +162,4 @@ class Reduce(LayerKind):
         return float(numel(in_shapes[0])) if in_shapes else 0.0
 
     def dims(self, attrs, in_shapes, out_shapes):
-        from .registry import default_dims
         return default_dims(in_shapes[0] if in_shapes else out_shapes[0])

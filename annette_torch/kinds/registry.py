@@ -97,8 +97,8 @@ class SameShapeKind(LayerKind):
     """Kinds whose output has the shape and dtype of their first input."""
 
     def meta_output(self, attrs, tensors, kwargs):
-        if len(tensors) != 1:
-            return None
+        if len(tensors) != 1 or "dtype" in kwargs or not tensors[0].dtype.is_floating_point:
+            return None  # integer inputs may change dtype (sqrt of an int tensor is float)
         x = tensors[0]  # torch.empty is ~10x faster than empty_like on meta
         return torch.empty(x.shape, dtype=x.dtype, device="meta")
 
@@ -107,8 +107,8 @@ class BroadcastKind(LayerKind):
     """Elementwise kinds whose output is the broadcast of their tensor operands."""
 
     def meta_output(self, attrs, tensors, kwargs):
-        if len(tensors) != 2:
-            return None
+        if len(tensors) != 2 or not all(t.dtype.is_floating_point for t in tensors):
+            return None  # integer division and mixed dtypes follow rules best left to torch
         a, b = tensors
         shape = torch.broadcast_shapes(a.shape, b.shape)
         return torch.empty(shape, dtype=torch.promote_types(a.dtype, b.dtype), device="meta")

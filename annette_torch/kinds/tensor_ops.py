@@ -40,7 +40,6 @@ class Split(_DataMovement):
 class Permute(_DataMovement):
     """Layout changes that move data (a transpose materialises a copy on most targets)."""
     name = "permute"
-    modules = ()
     ops = ("permute", "transpose", "t", "movedim", "contiguous", "roll", "flip",
            "channel_shuffle", "pixel_shuffle", "pixel_unshuffle", "repeat", "tile",
            "repeat_interleave", "clone")

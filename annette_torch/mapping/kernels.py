@@ -8,10 +8,10 @@ parents when
 * that parent is the kernel's current output and this layer is its only consumer
   (otherwise the intermediate tensor must be written out anyway).
 
-For a multi-input layer (a residual ``add``) several parents may qualify; it joins the
-one computed last, as compilers fuse an eltwise op into the later of its producers, and
-the kernel is marked ``possibly_fused`` because the merge point is a guess (the
-ANNETTE paper's third state). A fused kernel keeps the primary layer's dimensions;
+A multi-input layer (a residual ``add``) joins, among the parents that qualify, the one
+computed last, as compilers fuse an eltwise op into the later of its producers. Its
+kernel is marked ``possibly-fused`` whenever the fused layer has several inputs, because
+the target may have merged it elsewhere (the ANNETTE paper's third state). A fused kernel keeps the primary layer's dimensions;
 its ops and weights are the sums over its layers, its inputs are what it reads from
 outside, its output is that of its last layer.
 """

@@ -5,9 +5,10 @@ prediction):
 
 * a **kernel** signature is (kernel kind, its feature row): what every layer model reads,
   so equal signatures have equal predicted times, whatever network they sit in;
-* a **block** signature is chosen by the search space (block type, its configuration and
-  input shape) and stands for a traced sub-network; a cached block skips tracing, which
-  is what makes thousands of candidates per second possible.
+* a **block** key is a signature chosen by the search space (block type and
+  configuration) plus the block's input shape, and stands for a traced sub-network; a
+  cached block skips tracing, which is what makes thousands of candidates per second
+  possible.
 
 Blocks are estimated in isolation: fusion across a block boundary is not modelled (in the
 MobileNetV2-style space every fusable chain lies inside a block).
@@ -37,14 +38,15 @@ class BlockCost:
     weights: float   # parameter and buffer elements
 
 
-def _build_without_weights(build: Callable[[], nn.Module]) -> nn.Module:
-    """``build()`` on the meta device (no weight initialisation: only shapes matter), or on
-    the CPU when the module cannot be built there; in eval mode."""
+def _trace_block(build: Callable[[], nn.Module], input_shape: tuple[int, ...]) -> LayerGraph:
+    """Trace ``build()`` built on the meta device (no weight initialisation: only shapes
+    matter); on the CPU when it cannot be built or traced there."""
     try:
         with torch.device("meta"):
-            return build().eval()
-    except (NotImplementedError, RuntimeError):
-        return build().eval()
+            module = build().eval()
+        return trace(module, input_shape=input_shape)
+    except (NotImplementedError, RuntimeError):  # TraceError is a RuntimeError
+        return trace(build().eval(), input_shape=input_shape)
 
 
 class SignatureCache:
@@ -80,16 +82,18 @@ class SignatureCache:
 
     def block(self, signature: Hashable, build: Callable[[], nn.Module],
               input_shape: tuple[int, ...]) -> BlockCost:
-        """Cost of the block ``signature`` names; ``build()`` and tracing run only on a miss."""
-        cost = self.blocks.get(signature)
+        """Cost of the block ``signature`` names at ``input_shape``; ``build()`` and tracing
+        run only on a miss."""
+        key = (signature, tuple(input_shape))
+        cost = self.blocks.get(key)
         if cost is not None:
             self.hits += 1
             return cost
         self.misses += 1
-        graph = trace(_build_without_weights(build), input_shape=input_shape)
+        graph = _trace_block(build, input_shape)
         cost = BlockCost(self.graph_time_ms(graph), float(graph.features[:, _OPS].sum()),
                          float(graph.features[:, _WEIGHTS].sum()))
-        self.blocks[signature] = cost
+        self.blocks[key] = cost
         return cost
 
     def blocks_cost(self, blocks: Iterable[tuple[Hashable, Callable[[], nn.Module], tuple[int, ...]]]) -> BlockCost:

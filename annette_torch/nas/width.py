@@ -58,7 +58,9 @@ class WidthLatency:
         if group.size and (group.min() < 0 or group.max() >= num_groups):
             raise ValueError(f"group_of must return 0 .. {num_groups - 1}")
         self.group, self.in_group, self.out_fixed = group, in_group, out_fixed
-        product = np.array([kind in PRODUCT_KINDS and kind != "depthwise_conv" for kind in table.kinds])
+        # a fused kernel (conv_pool, conv+bn+relu) scales like its primary layer
+        product = np.array([graph[names[0]].kind in PRODUCT_KINDS and graph[names[0]].kind != "depthwise_conv"
+                            for names in table.layers])
         codes = np.zeros((len(table), len(FEATURES)), dtype=np.int64)
         # per-channel kernels scale everything with their input channels
         codes[:, [_COL["input_elems"], _COL["c"]]] = _IN
@@ -66,6 +68,11 @@ class WidthLatency:
             codes[:, _COL[column]] = np.where(product, for_products, _IN)
         self.codes = torch.as_tensor(codes)
         self.base = torch.as_tensor(table.features)
+        self._groups = []  # (non-free row indices, layer model) per kernel kind
+        for kind, rows in table.groups.items():
+            rows = rows[~table.free[rows]]
+            if len(rows):
+                self._groups.append((torch.as_tensor(rows), estimator.layer_model(kind)[2]))
 
     def features(self, multipliers: torch.Tensor) -> torch.Tensor:
         """Kernel feature matrix at the given multipliers (differentiable)."""
@@ -84,13 +91,7 @@ class WidthLatency:
     def __call__(self, multipliers: torch.Tensor) -> torch.Tensor:
         feats = self.features(multipliers)
         total = torch.zeros((), dtype=torch.float64)
-        free = torch.as_tensor(self.table.free)
-        for kind, rows in self.table.groups.items():
-            idx = torch.as_tensor(rows)
-            idx = idx[~free[idx]]
-            if len(idx) == 0:
-                continue
-            _, _, model = self.estimator.layer_model(kind)
-            seconds, _ = model.predict(feats[idx], xp=torch)
+        for rows, model in self._groups:
+            seconds, _ = model.predict(feats[rows], xp=torch)
             total = total + seconds.sum()
         return total * 1e3 + self.estimator.profile.overhead_ms

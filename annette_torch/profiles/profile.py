@@ -22,19 +22,19 @@ Format ``annette_torch.profile`` version 1 (loading never executes code)::
     }
 
 A kernel of kind K is answered by the first model type in the preference (or the type
-the caller asks for) that has an entry for K; otherwise by the roofline entry for K, or
-the roofline ``default`` (as in ANNETTE, the roofline is always the fallback).
+the caller asks for), then the roofline, that has an entry for K; otherwise by the first
+of them that has a ``default`` (as in ANNETTE, the roofline is always the fallback).
 """
 from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from ..atomic import atomic_path
 from ..layer_models import LAYER_MODELS, LayerModel, layer_model_from_dict
 from ..mapping import FusionRule
 
@@ -63,16 +63,16 @@ class Profile:
     source: str = ""
 
     def model_for(self, kernel_kind: str, model_type: str | None = None) -> tuple[str, str, LayerModel]:
-        """(model type, entry, layer model) answering ``kernel_kind``: the requested type or
-        the preference order, then the roofline entry of that kind, then roofline ``default``."""
-        for type_name in (model_type,) if model_type else self.model_preference:
-            models = self.layer_models.get(type_name, {})
-            if kernel_kind in models:
-                return type_name, kernel_kind, models[kernel_kind]
-        roofline = self.layer_models["roofline"]
-        if kernel_kind in roofline:
-            return "roofline", kernel_kind, roofline[kernel_kind]
-        return "roofline", "default", roofline["default"]
+        """(model type, entry, layer model) answering ``kernel_kind``: the first of the
+        requested type (or the preference order) and then the roofline that has an entry
+        for the kind; else the first of them that has a ``default``."""
+        order = list(dict.fromkeys(((model_type,) if model_type else self.model_preference) + ("roofline",)))
+        for entry in (kernel_kind, "default"):
+            for type_name in order:
+                models = self.layer_models.get(type_name, {})
+                if entry in models:
+                    return type_name, entry, models[entry]
+        raise AssertionError("validated profiles always have a roofline default")
 
     def model_types(self) -> list[str]:
         return list(self.layer_models)
@@ -89,14 +89,10 @@ class Profile:
         }
 
     def save(self, path: str | os.PathLike) -> Path:
-        """Write atomically (temporary file, then rename)."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as tmp:
-            json.dump(self.to_dict(), tmp, indent=2)
-            tmp.write("\n")
-        os.replace(tmp.name, path)
-        return path
+        """Write the profile as JSON, atomically."""
+        with atomic_path(path) as tmp:
+            tmp.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+        return Path(path)
 
     @classmethod
     def from_dict(cls, data: Any, source: str = "<dict>") -> Profile:
@@ -170,12 +166,14 @@ def load_profile(name_or_path: str | os.PathLike | Profile) -> Profile:
     if isinstance(name_or_path, Profile):
         return name_or_path
     text = str(name_or_path)
-    path = Path(text)
-    if not (text.endswith(".json") or path.exists()):
+    looks_like_path = isinstance(name_or_path, os.PathLike) or text.endswith(".json") or "/" in text or os.sep in text
+    if not looks_like_path:
         if text not in builtin_names():
             raise ProfileError(f"unknown profile {text!r}; available: {', '.join(builtin_names())} "
                                f"(or give the path to a profile .json file)")
         path = builtin_dir() / f"{text}.json"
+    else:
+        path = Path(text)
     if not path.is_file():
         raise ProfileError(f"profile file {path} does not exist")
     try:
