@@ -83,6 +83,12 @@ class Estimator:
         """(model type, profile entry, layer model) that answers ``kernel_kind``."""
         return self.profile.model_for(kernel_kind, self.model_type)
 
+    def model_groups(self, table: KernelTable) -> list[tuple[np.ndarray, Any]]:
+        """(row indices, layer model) per kernel kind of ``table``, free kernels left out:
+        what one vectorized prediction per kind needs."""
+        groups = [(rows[~table.free[rows]], self.layer_model(kind)[2]) for kind, rows in table.groups.items()]
+        return [(rows, model) for rows, model in groups if len(rows)]
+
     def kernel_times(self, graph: LayerGraph) -> KernelTimes:
         """Map ``graph`` to kernels and predict each kernel's time."""
         table = self.kernel_table(graph)
@@ -115,9 +121,8 @@ class Estimator:
         plan = graph._cache.get(self._plan_key)
         if plan is None:
             table = self.kernel_table(graph)
-            plan = [(table.features[rows[~table.free[rows]]], self.layer_model(kind)[2])
-                    for kind, rows in table.groups.items()]
-            graph._cache[self._plan_key] = plan = [(f, m) for f, m in plan if len(f)]
+            plan = [(table.features[rows], model) for rows, model in self.model_groups(table)]
+            graph._cache[self._plan_key] = plan
             self._warn_unknown(graph, table)
         seconds = sum(float(model.predict(features)[0].sum()) for features, model in plan)
         return seconds * 1e3 + self.profile.overhead_ms

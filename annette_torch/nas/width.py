@@ -68,11 +68,7 @@ class WidthLatency:
             codes[:, _COL[column]] = np.where(product, for_products, _IN)
         self.codes = torch.as_tensor(codes)
         self.base = torch.as_tensor(table.features)
-        self._groups = []  # (non-free row indices, layer model) per kernel kind
-        for kind, rows in table.groups.items():
-            rows = rows[~table.free[rows]]
-            if len(rows):
-                self._groups.append((torch.as_tensor(rows), estimator.layer_model(kind)[2]))
+        self._groups = [(torch.as_tensor(rows), model) for rows, model in estimator.model_groups(table)]
 
     def features(self, multipliers: torch.Tensor) -> torch.Tensor:
         """Kernel feature matrix at the given multipliers (differentiable)."""
