@@ -3,6 +3,8 @@
     annette-torch estimate torchvision:resnet50 [--profile P] [--input-shape 1,3,224,224]
                   [--csv FILE] [--plot FILE.png] [--model-type T] [--no-mapping] [--all]
     annette-torch profiles
+    annette-torch calibrate --backend openvino-cpu --sweep quick --out DIR [--threads N]
+                  [--precision P] [--minutes M] [--timeout S] [--warmup W] [--repeats R]
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from . import __version__
 from .atomic import atomic_path
 from .estimator import DEFAULT_PROFILE, Estimator
 from .graph import TraceError
+from .calibration.store import StoreError
 from .profiles import ProfileError, builtin_names, load_profile
 
 
@@ -90,6 +93,26 @@ def cmd_profiles(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from .calibration import run_campaign
+
+    print(f"calibrating {args.backend} ({args.threads} thread(s), {args.precision}) with sweep {args.sweep!r} "
+          f"into {args.out}" + (f", for at most {args.minutes:g} min" if args.minutes else ""))
+    summary = run_campaign(args.backend, args.sweep, args.out, threads=args.threads, precision=args.precision,
+                           minutes=args.minutes, timeout_s=args.timeout, warmup=args.warmup, repeats=args.repeats)
+    print(summary)
+    if summary.stopped_early:
+        print("time limit reached; run the same command again to continue where this run stopped")
+    return 0
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="annette-torch", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"annette_torch {__version__}")
@@ -106,6 +129,18 @@ def build_parser() -> argparse.ArgumentParser:
     est.set_defaults(func=cmd_estimate)
     prof = sub.add_parser("profiles", help="list the built-in profiles with their fingerprints")
     prof.set_defaults(func=cmd_profiles)
+    from .backends import available_backends
+    cal = sub.add_parser("calibrate", help="measure a sweep of benchmark networks on a runtime into a store")
+    cal.add_argument("--backend", required=True, choices=available_backends())
+    cal.add_argument("--sweep", required=True, help="sweep name in calibration/sweeps (smoke, quick, full) or a CSV path")
+    cal.add_argument("--out", required=True, help="store root; measurements go to a folder per backend fingerprint")
+    cal.add_argument("--threads", type=_positive_int, default=1, help="threads the runtime may use (default 1)")
+    cal.add_argument("--precision", default="f32", help="arithmetic precision (default f32)")
+    cal.add_argument("--minutes", type=float, help="stop after this many minutes (rerun to resume)")
+    cal.add_argument("--timeout", type=float, default=120.0, help="seconds before a benchmark counts as hung (default 120)")
+    cal.add_argument("--warmup", type=int, default=3, help="untimed inferences per benchmark (default 3)")
+    cal.add_argument("--repeats", type=_positive_int, default=15, help="timed inferences per benchmark (default 15)")
+    cal.set_defaults(func=cmd_calibrate)
     return parser
 
 
@@ -113,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (TraceError, ProfileError, ValueError, OSError) as error:
+    except (TraceError, ProfileError, StoreError, ValueError, OSError) as error:
         print(f"annette-torch: error: {error}", file=sys.stderr)
         return 2
 

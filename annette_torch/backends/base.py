@@ -120,6 +120,52 @@ def export_onnx(model: nn.Module, input_shape: Sequence[int], path: str | os.Pat
     return Path(path)
 
 
+@dataclass(frozen=True)
+class KernelRecord:
+    """One kernel the runtime reported for one network: a row of its per-layer profile.
+
+    ``name``/``kernel_type``/``exec_type``: the runtime's node name, layer type and
+    implementation (e.g. ``/conv/Conv/WithoutBiases``, ``Convolution``,
+    ``brgconv_avx512_f32``). ``status``: ``EXECUTED``, ``NOT_RUN`` or ``OPTIMIZED_OUT``.
+    ``runs_ms``: its time in each timed inference. ``layers``: module paths of the
+    original layers whose computation it holds, as the runtime names them (empty for
+    kernels the runtime inserted itself, such as layout reorders).
+    """
+
+    name: str
+    kernel_type: str
+    exec_type: str
+    status: str
+    runs_ms: tuple[float, ...]
+    layers: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Profiled:
+    """A network's per-layer profile (``kernels``) and its end-to-end ``latency``,
+    measured separately without profiling enabled."""
+
+    kernels: list[KernelRecord]
+    latency: Latency
+
+
+def onnx_scope(node_name: str) -> str:
+    """Module path of an ONNX node exported by ``torch.onnx.export``: ``/block/conv/Conv``
+    → ``block.conv``; ``""`` for nodes from the top-level forward (``/Constant``)."""
+    parts = node_name.strip("/").split("/")
+    return ".".join(parts[:-1]) if node_name.startswith("/") else ""
+
+
+def _scope_of(name: str, scope: dict[str, str]) -> str:
+    """Module path of a runtime's original-node name: an ONNX node or tensor name, or one
+    the runtime derived from it by appending ``/suffix`` (``/conv/Conv/WithoutBiases``)."""
+    while name:
+        if name in scope:
+            return scope[name]
+        name = name.rpartition("/")[0]
+    return ""
+
+
 class Backend:
     """A runtime that times models on this machine; subclasses set ``name`` and
     ``precisions`` and implement :meth:`runtime_version` and :meth:`measure`.
@@ -156,6 +202,14 @@ class Backend:
                 repeats: int = 20) -> Latency:
         """Time ``model`` on one random input of ``input_shape``: ``warmup`` untimed runs,
         then ``repeats`` timed ones. Failures raise :class:`BackendError`."""
+        raise NotImplementedError
+
+    def profile(self, model: nn.Module, input_shape: Sequence[int], layer_paths: Sequence[str],
+                warmup: int = 3, repeats: int = 15) -> Profiled:
+        """Per-kernel times of ``model`` over ``repeats`` profiled inferences after
+        ``warmup``, each kernel tied to the original layers (module paths, among
+        ``layer_paths``) it computes, plus the end-to-end latency measured without the
+        profiler. Failures raise :class:`BackendError`."""
         raise NotImplementedError
 
     @contextlib.contextmanager
@@ -195,6 +249,36 @@ class OnnxBackend(Backend):
     def runner(self, compiled: Any, x: np.ndarray) -> Callable[[], object]:
         """A function that runs one synchronous inference of ``compiled`` on ``x``."""
         raise NotImplementedError
+
+    def profile_onnx(self, path: Path, x: np.ndarray, warmup: int, repeats: int) -> list[KernelRecord]:
+        """Per-kernel records of the ONNX file at ``path`` run on ``x``, with ``layers``
+        holding the names of the ONNX nodes (or of their output tensors) each kernel computes."""
+        raise NotImplementedError
+
+    def profile(self, model: nn.Module, input_shape: Sequence[int], layer_paths: Sequence[str],
+                warmup: int = 3, repeats: int = 15) -> Profiled:
+        """Export once; profile with :meth:`profile_onnx`, translate ONNX names to module
+        paths (:func:`onnx_scope`), then time end to end with :meth:`measure_onnx`."""
+        import onnx
+
+        with tempfile.TemporaryDirectory(prefix="annette_") as folder:
+            path = Path(folder) / "model.onnx"
+            with self.step("export"):
+                export_onnx(model, input_shape, path)
+                graph = onnx.load(str(path), load_external_data=False).graph
+            scope = {}
+            for node in graph.node:
+                scope[node.name] = onnx_scope(node.name)
+                for output in node.output:
+                    scope.setdefault(output, onnx_scope(node.name))
+            with self.step("run"):
+                kernels = self.profile_onnx(path, random_input(input_shape), warmup, repeats)
+            known = set(layer_paths)
+            kernels = [KernelRecord(k.name, k.kernel_type, k.exec_type, k.status, k.runs_ms,
+                                    tuple(dict.fromkeys(s for n in k.layers if (s := _scope_of(n, scope)) in known)))
+                       for k in kernels]
+            latency = self.measure_onnx(path, input_shape, warmup, repeats)
+        return Profiled(kernels, latency)
 
     def measure(self, model: nn.Module, input_shape: Sequence[int], warmup: int = 5,
                 repeats: int = 20) -> Latency:

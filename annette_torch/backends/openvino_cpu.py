@@ -1,13 +1,20 @@
-"""``openvino-cpu``: OpenVINO's CPU plugin, latency hint, one synchronous infer request."""
+"""``openvino-cpu``: OpenVINO's CPU plugin, latency hint, one synchronous infer request.
+
+Per-layer profiles come from the plugin's performance counters (``PERF_COUNT``): one
+``ProfilingInfo`` per runtime node and inference, with its status (EXECUTED, NOT_RUN,
+OPTIMIZED_OUT) and time; the compiled runtime model's ``originalLayersNames`` says which
+original (ONNX) nodes each runtime node computes, i.e. what the plugin fused into it.
+"""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
 import openvino as ov
 
-from .base import OnnxBackend, register_backend
+from .base import KernelRecord, OnnxBackend, register_backend
 
 
 @register_backend
@@ -21,12 +28,34 @@ class OpenVinoCpu(OnnxBackend):
     def runtime_version(self) -> str:
         return ov.get_version()
 
-    def compile_onnx(self, path: str | os.PathLike) -> ov.CompiledModel:
+    def compile_onnx(self, path: str | os.PathLike, perf_count: bool = False) -> ov.CompiledModel:
         config = {"INFERENCE_NUM_THREADS": self.threads, "INFERENCE_PRECISION_HINT": self.precision,
-                  "PERFORMANCE_HINT": "LATENCY"}
+                  "PERFORMANCE_HINT": "LATENCY", "PERF_COUNT": perf_count}
         return ov.Core().compile_model(str(path), "CPU", config)
 
     def runner(self, compiled: ov.CompiledModel, x: np.ndarray) -> Callable[[], object]:
         request = compiled.create_infer_request()
         request.set_input_tensor(ov.Tensor(x))
         return lambda: request.infer(share_outputs=True)
+
+    def profile_onnx(self, path: Path, x: np.ndarray, warmup: int, repeats: int) -> list[KernelRecord]:
+        compiled = self.compile_onnx(path, perf_count=True)
+        originals = {}
+        for op in compiled.get_runtime_model().get_ordered_ops():
+            names = op.get_rt_info()["originalLayersNames"].astype(str)
+            originals[op.get_friendly_name()] = tuple(n for n in names.split(",") if n)
+        request = compiled.create_infer_request()
+        request.set_input_tensor(ov.Tensor(x))
+        for _ in range(warmup):
+            request.infer(share_outputs=True)
+        times: dict[str, list[float]] = {}
+        info = {}
+        for _ in range(repeats):
+            request.infer(share_outputs=True)
+            for entry in request.get_profiling_info():
+                times.setdefault(entry.node_name, []).append(entry.real_time.total_seconds() * 1e3)
+                info[entry.node_name] = entry
+        return [KernelRecord(name=name, kernel_type=entry.node_type, exec_type=entry.exec_type,
+                             status=entry.status.name, runs_ms=tuple(times[name]),
+                             layers=originals.get(name, ()))
+                for name, entry in info.items()]

@@ -1,0 +1,160 @@
+"""A calibration campaign: measure every benchmark of a sweep on one backend into a store.
+
+    summary = run_campaign("openvino-cpu", "quick", "calibration/data", threads=1)
+
+Benchmarks run one at a time in a worker process, so one that hangs is killed after
+``timeout_s`` and one that crashes the runtime takes only the worker down; both are
+recorded as failed with their error, and the campaign goes on with a new worker. What
+the store already holds is skipped, so an interrupted campaign (even ``kill -9``) is
+resumed by running the same command again. ``minutes`` bounds the wall time of one
+run of the campaign, for campaigns done in chunks.
+"""
+from __future__ import annotations
+
+import datetime
+import multiprocessing
+import time
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any
+
+from tqdm import tqdm
+
+from ..backends import get_backend
+from ..graph.errors import first_line
+from .store import MeasurementStore
+from .sweep import BenchmarkSpec, load_sweep
+
+
+@dataclass(frozen=True)
+class CampaignSummary:
+    """What one run of a campaign did."""
+
+    store: str
+    benchmarks: int          # in the sweep
+    already_done: int        # skipped because the store held them
+    measured: int            # measured now
+    failed: int              # recorded as failed now
+    layer_rows: int          # layer rows written now
+    wall_s: float
+    stopped_early: bool      # the time limit ended this run before the sweep did
+
+    def __str__(self) -> str:
+        left = self.benchmarks - self.already_done - self.measured - self.failed
+        return (f"{self.measured} benchmarks measured ({self.layer_rows} layer rows), {self.failed} failed, "
+                f"{self.already_done} already in the store, {left} left; {self.wall_s:.0f} s; store {self.store}")
+
+
+def measure_benchmark(spec: BenchmarkSpec, backend: Any, warmup: int, repeats: int) -> tuple[dict, list[dict]]:
+    """Build, trace, profile and match one benchmark: (network row, layer rows)."""
+    from ..graph import trace
+    from .generator import build_benchmark
+    from .matcher import match_kernels
+
+    start = time.perf_counter()
+    model, input_shape = build_benchmark(spec)
+    graph = trace(model, input_shape=input_shape, name=spec.id)
+    profiled = backend.profile(model, input_shape, [layer.module_path for layer in graph.layers],
+                               warmup=warmup, repeats=repeats)
+    rows = match_kernels(graph, profiled.kernels)
+    network = {"benchmark": spec.id, "family": spec.family, "spec": spec.to_json(), "status": "ok", "error": "",
+               "time_ms": profiled.latency.median_ms, "spread": profiled.latency.spread, "repeats": repeats,
+               "layers_sum_ms": sum(row["time_ms"] for row in rows),
+               "kernels": sum(k.status == "EXECUTED" for k in profiled.kernels),
+               "wall_s": time.perf_counter() - start}
+    return network, rows
+
+
+def _serve(connection: Connection, backend_name: str, options: dict[str, Any], warmup: int, repeats: int) -> None:
+    """Worker loop: receive a spec as JSON, answer ("ok", network, rows) or ("failed", error)."""
+    import warnings
+    warnings.filterwarnings("ignore")
+    backend = get_backend(backend_name, **options)
+    while True:
+        try:
+            text = connection.recv()
+        except EOFError:
+            return
+        try:
+            network, rows = measure_benchmark(BenchmarkSpec.from_json(text), backend, warmup, repeats)
+            connection.send(("ok", network, rows))
+        except Exception as error:  # recorded in the store, the campaign goes on
+            connection.send(("failed", f"{type(error).__name__}: {first_line(error)}"))
+
+
+class _Worker:
+    """A worker process that measures one benchmark at a time; restarted after a kill."""
+
+    def __init__(self, backend_name: str, options: dict[str, Any], warmup: int, repeats: int) -> None:
+        self._args = (backend_name, options, warmup, repeats)
+        self._process = None
+
+    def _start(self) -> None:
+        context = multiprocessing.get_context("spawn")
+        self._connection, child = context.Pipe()
+        self._process = context.Process(target=_serve, args=(child, *self._args), daemon=True)
+        self._process.start()
+        child.close()
+
+    def run(self, spec: BenchmarkSpec, timeout_s: float) -> tuple:
+        if self._process is None or not self._process.is_alive():
+            self._start()
+        self._connection.send(spec.to_json())
+        try:
+            if self._connection.poll(timeout_s):
+                return self._connection.recv()
+            self.stop()
+            return ("failed", f"timeout: no result after {timeout_s:.0f} s (worker killed)")
+        except (EOFError, ConnectionError):
+            code = self._process.exitcode if self._process else None
+            self.stop()
+            return ("failed", f"worker died (exit code {code}) while measuring")
+
+    def stop(self) -> None:
+        if self._process is not None:
+            self._process.kill()
+            self._process.join()
+            self._connection.close()
+            self._process = None
+
+
+def run_campaign(backend_name: str, sweep: str, out: str, threads: int = 1, precision: str = "f32",
+                 minutes: float | None = None, timeout_s: float = 120.0, warmup: int = 3, repeats: int = 15,
+                 progress: bool = True) -> CampaignSummary:
+    """Measure the benchmarks of ``sweep`` that the store under ``out`` lacks (see module doc)."""
+    options = {"threads": threads, "precision": precision}
+    backend = get_backend(backend_name, **options)
+    specs = load_sweep(sweep)
+    start = time.monotonic()
+    deadline = start + minutes * 60 if minutes is not None else None
+    with MeasurementStore.open(out, backend.fingerprint()) as store:
+        done = store.done()
+        todo = [s for s in specs if s.id not in done]
+        worker = _Worker(backend_name, options, warmup, repeats)
+        measured = failed = layer_rows = 0
+        stopped_early = False
+        bar = tqdm(todo, desc=f"{backend_name} {sweep}", unit="bench", disable=not progress, dynamic_ncols=True)
+        try:
+            for spec in bar:
+                if deadline is not None and time.monotonic() >= deadline:
+                    stopped_early = True
+                    break
+                began = time.perf_counter()
+                answer = worker.run(spec, timeout_s)
+                finished = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+                if answer[0] == "ok":
+                    _, network, rows = answer
+                    store.append({**network, "finished_utc": finished}, rows)
+                    measured += 1
+                    layer_rows += len(rows)
+                else:
+                    store.append({"benchmark": spec.id, "family": spec.family, "spec": spec.to_json(),
+                                  "status": "failed", "error": answer[1],
+                                  "wall_s": time.perf_counter() - began, "finished_utc": finished}, [])
+                    failed += 1
+                bar.set_postfix(failed=failed)
+        finally:
+            bar.close()
+            worker.stop()
+        return CampaignSummary(str(store.folder), len(specs), len(specs) - len(todo), measured, failed,
+                               layer_rows, time.monotonic() - start, stopped_early)

@@ -1,0 +1,362 @@
+"""The benchmark generator: ``nn.Module`` benchmark networks from :class:`BenchmarkSpec`.
+
+Each *family* is one function registered with :func:`family`, taking the spec's
+parameters and returning the network and its input shape. Every layer is its own named
+submodule (``conv``, ``bn``, ``act``, ``pool``, ``add`` ...), so the exported ONNX node
+names (``/conv/Conv``) and the profiles of every backend lead back to one layer.
+
+Micro-kernel families (one layer of interest, the paper's single-layer sweeps):
+``conv2d`` (incl. grouped and depthwise), ``linear``, ``pool2d``, ``global_pool``,
+``activation``, ``eltwise``, ``norm``, ``matmul``.
+Multi-layer families (the paper's Fig. 4 chains, to learn what the target fuses):
+``conv_chain`` (conv → [bn] → [act] → [pool]), ``residual``, ``dw_separable``,
+``branch_concat``, ``mlp``.
+
+Parameters (see :data:`.sweep.PARAMETERS`): ``n`` batch, ``h``/``w`` input size (``w``
+defaults to ``h``), ``c``
+input channels (or neurons), ``f`` output channels (or neurons), ``k`` kernel,
+``stride``, ``groups`` (an int, or ``dw``: depthwise, f = c), ``op`` (activation, pooling
+or eltwise kind, or a chain such as ``bn-relu-maxpool``), ``pool`` (pooling window).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+from .sweep import BenchmarkSpec
+
+ACTIVATIONS: dict[str, Callable[[], nn.Module]] = {
+    "relu": nn.ReLU, "relu6": nn.ReLU6, "leaky_relu": lambda: nn.LeakyReLU(0.1), "elu": nn.ELU,
+    "gelu": nn.GELU, "silu": nn.SiLU, "sigmoid": nn.Sigmoid, "tanh": nn.Tanh,
+    "hardswish": nn.Hardswish, "hardsigmoid": nn.Hardsigmoid, "prelu": nn.PReLU,
+    "softmax": lambda: nn.Softmax(dim=1),
+}
+NORMS = ("batchnorm", "layernorm", "groupnorm", "instancenorm")
+ELTWISE = ("add", "mul", "sub", "div")
+
+
+class Eltwise(nn.Module):
+    """``a <op> b`` for op in :data:`ELTWISE`, as its own layer."""
+
+    def __init__(self, op: str) -> None:
+        super().__init__()
+        self.op = op
+
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        if self.op == "add":
+            return a + b
+        if self.op == "mul":
+            return a * b
+        if self.op == "sub":
+            return a - b
+        return a / (b.abs() + 1.0)   # keeps the divisor away from zero; the abs/add are their own ops
+
+
+class Concat(nn.Module):
+    """Concatenation along channels, as its own layer."""
+
+    def forward(self, *tensors: torch.Tensor) -> torch.Tensor:
+        return torch.cat(tensors, dim=1)
+
+
+@dataclass(frozen=True)
+class Family:
+    """A benchmark family: the parameters it needs, their defaults, how to build it and
+    how big it is (operations, largest activation) without building it."""
+
+    name: str
+    required: tuple[str, ...]
+    defaults: dict[str, Any]
+    build: Callable[[dict[str, Any]], tuple[nn.Module, tuple[int, ...]]]
+    size: Callable[[dict[str, Any]], tuple[float, float]]
+
+
+FAMILIES: dict[str, Family] = {}
+
+
+def family(name: str, required: tuple[str, ...], defaults: dict[str, Any],
+           size: Callable[[dict[str, Any]], tuple[float, float]]):
+    """Decorator: register a builder ``(params) -> (module, input_shape)`` as family ``name``."""
+    def register(build):
+        FAMILIES[name] = Family(name, required, {"n": 1, **defaults}, build, size)
+        return build
+    return register
+
+
+def resolve_params(spec: BenchmarkSpec) -> dict[str, Any]:
+    """The spec's parameters with the family's defaults filled in; ``ValueError`` names a
+    missing, unused or invalid one."""
+    fam = FAMILIES.get(spec.family)
+    if fam is None:
+        raise ValueError(f"unknown benchmark family {spec.family!r}; families: {', '.join(sorted(FAMILIES))}")
+    allowed = set(fam.required) | set(fam.defaults)
+    unused = sorted(set(spec.params) - allowed)
+    if unused:
+        raise ValueError(f"family {spec.family!r} does not use {', '.join(unused)} (it uses {', '.join(sorted(allowed))})")
+    params = {**fam.defaults, **spec.params}
+    if params.get("groups") == "dw":
+        params["groups"] = params["f"] = params["c"]
+    if "w" in fam.required and "w" not in params and "h" in params:
+        params["w"] = params["h"]      # square inputs unless w is given
+    missing = [p for p in fam.required if p not in params]
+    if missing:
+        raise ValueError(f"family {spec.family!r} needs {', '.join(missing)}")
+    for p, v in params.items():
+        if p in ("n", "h", "w", "c", "f", "k", "stride", "pool") and not (isinstance(v, int) and v >= 1):
+            raise ValueError(f"family {spec.family!r}: {p} must be a positive int, got {v!r}")
+    return params
+
+
+def estimate_size(spec: BenchmarkSpec) -> tuple[float, float]:
+    """(operations, largest activation elements) of the spec's network; ``ValueError`` when
+    the parameters do not make a network (checked by building it on the meta device)."""
+    params = resolve_params(spec)
+    with torch.device("meta"):
+        FAMILIES[spec.family].build(params)
+    return FAMILIES[spec.family].size(params)
+
+
+def build_benchmark(spec: BenchmarkSpec) -> tuple[nn.Module, tuple[int, ...]]:
+    """The spec's network in eval mode (randomly initialised, fixed seed) and its input shape."""
+    params = resolve_params(spec)
+    torch.manual_seed(0)
+    module, input_shape = FAMILIES[spec.family].build(params)
+    return module.eval(), input_shape
+
+
+def _out(size: int, k: int, stride: int) -> int:
+    return (size + 2 * (k // 2) - k) // stride + 1
+
+
+def _conv_size(p: dict[str, Any]) -> tuple[float, float]:
+    n, h, w, c, f, k, s = (p[x] for x in ("n", "h", "w", "c", "f", "k", "stride"))
+    oh, ow = _out(h, k, s), _out(w, k, s)
+    return 2.0 * n * oh * ow * f * k * k * c / p["groups"], float(n * max(c * h * w, f * oh * ow))
+
+
+def _elementwise_size(p: dict[str, Any]) -> tuple[float, float]:
+    elems = float(p["n"] * p["c"] * p["h"] * p["w"])
+    return elems, elems
+
+
+def _check_groups(c: int, f: int, groups: int) -> None:
+    if c % groups or f % groups:
+        raise ValueError(f"groups={groups} must divide c={c} and f={f}")
+
+
+def _activation(op: str) -> nn.Module:
+    if op not in ACTIVATIONS:
+        raise ValueError(f"unknown activation {op!r}; known: {', '.join(ACTIVATIONS)}")
+    return ACTIVATIONS[op]()
+
+
+def _pool(op: str, window: int) -> nn.Module:
+    if op == "maxpool":
+        return nn.MaxPool2d(window, window)
+    if op == "avgpool":
+        return nn.AvgPool2d(window, window)
+    raise ValueError(f"unknown pooling {op!r}; use maxpool or avgpool")
+
+
+@family("conv2d", ("h", "w", "c", "f", "k"), {"stride": 1, "groups": 1}, _conv_size)
+def conv2d(p: dict[str, Any]) -> tuple[nn.Module, tuple[int, ...]]:
+    """A single (grouped, depthwise) convolution with 'same' padding."""
+    _check_groups(p["c"], p["f"], p["groups"])
+    net = nn.Sequential()
+    net.add_module("conv", nn.Conv2d(p["c"], p["f"], p["k"], p["stride"], p["k"] // 2, groups=p["groups"]))
+    return net, (p["n"], p["c"], p["h"], p["w"])
+
+
+@family("linear", ("c", "f"), {}, lambda p: (2.0 * p["n"] * p["c"] * p["f"], float(p["n"] * max(p["c"], p["f"]))))
+def linear(p: dict[str, Any]) -> tuple[nn.Module, tuple[int, ...]]:
+    """A fully connected layer with ``c`` inputs and ``f`` outputs."""
+    net = nn.Sequential()
+    net.add_module("fc", nn.Linear(p["c"], p["f"]))
+    return net, (p["n"], p["c"])
+
+
+@family("pool2d", ("h", "w", "c", "k", "op"), {"stride": 1},
+        lambda p: (float(p["n"] * p["c"] * p["h"] * p["w"] * p["k"] ** 2 / p["stride"] ** 2),
+                   float(p["n"] * p["c"] * p["h"] * p["w"])))
+def pool2d(p: dict[str, Any]) -> tuple[nn.Module, tuple[int, ...]]:
+    """Max or average pooling (``op`` = max|avg) with window ``k`` and ``stride``."""
+    if p["k"] > min(p["h"], p["w"]):
+        raise ValueError(f"pool window {p['k']} is larger than the input {p['h']}x{p['w']}")
+    pool = {"max": nn.MaxPool2d, "avg": nn.AvgPool2d}.get(p["op"])
+    if pool is None:
+        raise ValueError(f"pool2d op must be max or avg, got {p['op']!r}")
+    net = nn.Sequential()
+    net.add_module("pool", pool(p["k"], p["stride"]))
+    return net, (p["n"], p["c"], p["h"], p["w"])
+
+
+@family("global_pool", ("h", "w", "c", "op"), {}, _elementwise_size)
+def global_pool(p: dict[str, Any]) -> tuple[nn.Module, tuple[int, ...]]:
+    """Global average or max pooling (``op`` = avg|max) to 1x1."""
+    pool = {"max": nn.AdaptiveMaxPool2d, "avg": nn.AdaptiveAvgPool2d}.get(p["op"])
+    if pool is None:
+        raise ValueError(f"global_pool op must be max or avg, got {p['op']!r}")
+    net = nn.Sequential()
+    net.add_module("pool", pool(1))
+    return net, (p["n"], p["c"], p["h"], p["w"])
+
+
+@family("activation", ("h", "w", "c", "op"), {}, _elementwise_size)
+def activation(p: dict[str, Any]) -> tuple[nn.Module, tuple[int, ...]]:
+    """One activation layer (``op`` from :data:`ACTIVATIONS`) on an NCHW tensor."""
+    net = nn.Sequential()
+    net.add_module("act", _activation(p["op"]))
+    return net, (p["n"], p["c"], p["h"], p["w"])
+
+
+class _EltwiseNet(nn.Module):
+    def __init__(self, op: str, shape: tuple[int, ...]) -> None:
+        super().__init__()
+        if op not in ELTWISE:
+            raise ValueError(f"eltwise op must be one of {', '.join(ELTWISE)}, got {op!r}")
+        self.other = nn.Parameter(torch.randn(shape))
+        self.eltwise = Eltwise(op)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.eltwise(x, self.other)
+
+
+@family("eltwise", ("h", "w", "c", "op"), {}, _elementwise_size)
+def eltwise(p: dict[str, Any]) -> tuple[nn.Module, tuple[int, ...]]:
+    """One two-input elementwise layer (``op`` from :data:`ELTWISE`): the input and a
+    stored tensor of the same shape (``x + x`` would let a runtime rewrite it)."""
+    shape = (p["n"], p["c"], p["h"], p["w"])
+    return _EltwiseNet(p["op"], shape), shape
+
+
+@family("norm", ("h", "w", "c", "op"), {}, _elementwise_size)
+def norm(p: dict[str, Any]) -> tuple[nn.Module, tuple[int, ...]]:
+    """One normalization layer (``op`` from :data:`NORMS`): batch, group and instance norm
+    on an NCHW tensor, layer norm over the channels of ``h*w`` tokens (N, h*w, C)."""
+    c = p["c"]
+    layers = {"batchnorm": lambda: nn.BatchNorm2d(c), "layernorm": lambda: nn.LayerNorm(c),
+              "groupnorm": lambda: nn.GroupNorm(next(g for g in (32, 16, 8, 4, 2, 1) if c % g == 0), c),
+              "instancenorm": lambda: nn.InstanceNorm2d(c, affine=True)}
+    if p["op"] not in layers:
+        raise ValueError(f"norm op must be one of {', '.join(NORMS)}, got {p['op']!r}")
+    net = nn.Sequential()
+    net.add_module("norm", layers[p["op"]]())
+    if p["op"] == "layernorm":
+        return net, (p["n"], p["h"] * p["w"], c)
+    return net, (p["n"], c, p["h"], p["w"])
+
+
+class _SelfMatmul(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.matmul(x, x.transpose(1, 2))
+
+
+@family("matmul", ("h", "c"), {}, lambda p: (2.0 * p["n"] * p["h"] * p["h"] * p["c"], float(p["n"] * p["h"] * max(p["h"], p["c"]))))
+def matmul(p: dict[str, Any]) -> tuple[nn.Module, tuple[int, ...]]:
+    """Attention-score batched matmul: (n, h tokens, c) @ its transpose → (n, h, h)."""
+    net = nn.Sequential()
+    net.add_module("matmul", _SelfMatmul())
+    return net, (p["n"], p["h"], p["c"])
+
+
+def _chain_ops(op: str) -> list[str]:
+    steps = [s for s in op.split("-") if s and s != "none"]
+    for s in steps:
+        if s not in ("bn", "maxpool", "avgpool") and s not in ACTIVATIONS:
+            raise ValueError(f"conv_chain step {s!r} is not bn, maxpool, avgpool or an activation")
+    return steps
+
+
+@family("conv_chain", ("h", "w", "c", "f", "k", "op"), {"stride": 1, "groups": 1, "pool": 2}, _conv_size)
+def conv_chain(p: dict[str, Any]) -> tuple[nn.Module, tuple[int, ...]]:
+    """conv followed by the steps of ``op`` joined by ``-`` (``bn``, an activation,
+    ``maxpool``/``avgpool`` with window and stride ``pool``), e.g. ``bn-relu-maxpool``."""
+    _check_groups(p["c"], p["f"], p["groups"])
+    net = nn.Sequential()
+    net.add_module("conv", nn.Conv2d(p["c"], p["f"], p["k"], p["stride"], p["k"] // 2, groups=p["groups"]))
+    for step in _chain_ops(p["op"]):
+        if step == "bn":
+            net.add_module("bn", nn.BatchNorm2d(p["f"]))
+        elif step.endswith("pool"):
+            size = _out(min(p["h"], p["w"]), p["k"], p["stride"])
+            if p["pool"] > size:
+                raise ValueError(f"pool window {p['pool']} is larger than the conv output {size}")
+            net.add_module("pool", _pool(step, p["pool"]))
+        else:
+            net.add_module("act", _activation(step))
+    return net, (p["n"], p["c"], p["h"], p["w"])
+
+
+class _Residual(nn.Module):
+    def __init__(self, c: int, k: int, post: str) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(c, c, k, 1, k // 2, bias=False)
+        self.bn1 = nn.BatchNorm2d(c)
+        self.act1 = nn.ReLU()
+        self.conv2 = nn.Conv2d(c, c, k, 1, k // 2, bias=False)
+        self.bn2 = nn.BatchNorm2d(c)
+        self.add = Eltwise("add")
+        self.act2 = _activation(post) if post != "none" else nn.Identity()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.act2(self.add(self.bn2(self.conv2(self.act1(self.bn1(self.conv1(x))))), x))
+
+
+@family("residual", ("h", "w", "c", "k"), {"op": "relu"},
+        lambda p: (2 * _conv_size({**p, "f": p["c"], "stride": 1, "groups": 1})[0], float(p["n"] * p["c"] * p["h"] * p["w"])))
+def residual(p: dict[str, Any]) -> tuple[nn.Module, tuple[int, ...]]:
+    """A ResNet basic block: conv-bn-relu-conv-bn, add the input, then ``op`` (or none)."""
+    return _Residual(p["c"], p["k"], p["op"]), (p["n"], p["c"], p["h"], p["w"])
+
+
+@family("dw_separable", ("h", "w", "c", "f", "k"), {"stride": 1, "op": "relu6"},
+        lambda p: (_conv_size({**p, "f": p["c"], "groups": p["c"]})[0]
+                   + _conv_size({**p, "h": _out(p["h"], p["k"], p["stride"]), "w": _out(p["w"], p["k"], p["stride"]),
+                                 "k": 1, "stride": 1, "groups": 1})[0],
+                   _conv_size({**p, "groups": 1})[1]))
+def dw_separable(p: dict[str, Any]) -> tuple[nn.Module, tuple[int, ...]]:
+    """MobileNet's depthwise-separable block: dw conv-bn-``op``, then 1x1 conv-bn."""
+    c = p["c"]
+    net = nn.Sequential()
+    net.add_module("dwconv", nn.Conv2d(c, c, p["k"], p["stride"], p["k"] // 2, groups=c, bias=False))
+    net.add_module("bn1", nn.BatchNorm2d(c))
+    net.add_module("act", _activation(p["op"]))
+    net.add_module("pwconv", nn.Conv2d(c, p["f"], 1, bias=False))
+    net.add_module("bn2", nn.BatchNorm2d(p["f"]))
+    return net, (p["n"], c, p["h"], p["w"])
+
+
+class _BranchConcat(nn.Module):
+    def __init__(self, c: int, f: int, k: int, op: str) -> None:
+        super().__init__()
+        self.branch1 = nn.Conv2d(c, f, 1)
+        self.act1 = _activation(op)
+        self.branch2 = nn.Conv2d(c, f, k, 1, k // 2)
+        self.act2 = _activation(op)
+        self.concat = Concat()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.concat(self.act1(self.branch1(x)), self.act2(self.branch2(x)))
+
+
+@family("branch_concat", ("h", "w", "c", "f", "k"), {"op": "relu"},
+        lambda p: (_conv_size({**p, "stride": 1, "groups": 1})[0] + _conv_size({**p, "k": 1, "stride": 1, "groups": 1})[0],
+                   float(p["n"] * max(p["c"], 2 * p["f"]) * p["h"] * p["w"])))
+def branch_concat(p: dict[str, Any]) -> tuple[nn.Module, tuple[int, ...]]:
+    """Two branches (1x1 conv-``op`` and kxk conv-``op``) joined by a channel concat."""
+    return _BranchConcat(p["c"], p["f"], p["k"], p["op"]), (p["n"], p["c"], p["h"], p["w"])
+
+
+@family("mlp", ("c", "f"), {"op": "gelu", "h": 1},
+        lambda p: (4.0 * p["n"] * p["h"] * p["c"] * p["f"], float(p["n"] * p["h"] * max(p["c"], p["f"]))))
+def mlp(p: dict[str, Any]) -> tuple[nn.Module, tuple[int, ...]]:
+    """Transformer MLP: linear c→f, ``op``, linear f→c on ``h`` tokens."""
+    net = nn.Sequential()
+    net.add_module("fc1", nn.Linear(p["c"], p["f"]))
+    net.add_module("act", _activation(p["op"]))
+    net.add_module("fc2", nn.Linear(p["f"], p["c"]))
+    shape = (p["n"], p["h"], p["c"]) if p["h"] > 1 else (p["n"], p["c"])
+    return net, shape

@@ -1,0 +1,97 @@
+"""The graph matcher: executed kernels → the original layers of the benchmark network.
+
+A backend reports kernels, each with the module paths of the original layers it
+computes (:class:`~annette_torch.backends.KernelRecord`). Per layer of the traced
+benchmark network the matcher decides
+
+* ``executed``: the layer is the first (in execution order) of at least one executed
+  kernel, its *primary*; its time is the sum of those kernels' times, run by run;
+* ``fused``: the layer is computed inside a kernel whose primary is another layer
+  (``fused_into``); also a non-free layer that no kernel names whose only parent is
+  executed or fused, since the exporter or runtime folded it there (BN into a conv);
+* ``optimized_out``: no kernel computes it and nothing absorbed it (views, identities).
+
+and for each edge layer → successor the paper's fusion state: ``fused`` when both end
+in the same kernel, ``possibly-fused`` when they do but the successor has several
+inputs (a residual add could have merged into either producer), ``not-fused`` otherwise.
+When several layers share a module path (functional calls inside one module), a kernel
+naming that path goes to the last of them, the module's output.
+Executed kernels that compute no original layer (layout reorders the runtime inserted)
+are kept as rows with an empty ``layer``, so the sum of rows still covers the network.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..backends.base import KernelRecord
+from ..graph.layer_graph import LayerGraph
+from ..kinds import FEATURES
+
+
+def _summary(runs: np.ndarray) -> tuple[float, float]:
+    p10, median, p90 = np.percentile(runs, [10, 50, 90])
+    return float(median), float((p90 - p10) / median) if median > 0 else 0.0
+
+
+def match_kernels(graph: LayerGraph, kernels: list[KernelRecord]) -> list[dict[str, Any]]:
+    """One row per layer of ``graph`` (in execution order), then one per executed kernel
+    that computes no layer; see the module docstring for the columns' meaning."""
+    layer_of_path = {layer.module_path: layer.name for layer in graph.layers}   # last layer per path wins
+    executed = [k for k in kernels if k.status == "EXECUTED"]
+    runs = max((len(k.runs_ms) for k in executed), default=0)
+
+    primary_kernels: dict[str, list[KernelRecord]] = {}
+    group: dict[str, str] = {}          # layer -> primary layer of the kernel computing it
+    orphans: list[KernelRecord] = []
+    for kernel in executed:
+        names = sorted({layer_of_path[p] for p in kernel.layers if p in layer_of_path}, key=graph.index.get)
+        if not names:
+            orphans.append(kernel)
+            continue
+        primary_kernels.setdefault(names[0], []).append(kernel)
+        group[names[0]] = names[0]
+    for kernel in executed:
+        names = sorted({layer_of_path[p] for p in kernel.layers if p in layer_of_path}, key=graph.index.get)
+        for name in names[1:]:
+            group.setdefault(name, names[0])
+    for layer in graph.layers:          # folded away (no node computes it): into its only parent
+        if layer.name not in group and not layer.free and len(layer.parents) == 1 and layer.parents[0] in group:
+            group[layer.name] = group[layer.parents[0]]
+
+    children = graph.children
+    rows = []
+    features = graph.features
+    for i, layer in enumerate(graph.layers):
+        own = primary_kernels.get(layer.name, [])
+        if own:
+            status = "executed"
+            total = np.sum([np.resize(np.asarray(k.runs_ms, dtype=float), runs) for k in own], axis=0)
+            time_ms, spread = _summary(total)
+        else:
+            status = "fused" if layer.name in group else "optimized_out"
+            time_ms, spread = 0.0, 0.0
+        computing = own or primary_kernels.get(group.get(layer.name, ""), [])
+        successors = children[layer.name]
+        states = []
+        for child in successors:
+            together = layer.name in group and group.get(child) == group[layer.name]
+            states.append(("possibly-fused" if len(graph[child].parents) > 1 else "fused") if together else "not-fused")
+        rows.append({
+            "layer": layer.name, "kind": layer.kind, "op": layer.op, "status": status,
+            "kernel": ";".join(k.name for k in computing),
+            "kernel_type": ";".join(k.kernel_type for k in computing),
+            "exec_type": ";".join(k.exec_type for k in computing),
+            "fused_into": group[layer.name] if status == "fused" else "",
+            "successors": ";".join(successors), "fusion": ";".join(states),
+            "time_ms": time_ms, "spread": spread,
+            **{name: features[i, j] for j, name in enumerate(FEATURES)},
+        })
+    for kernel in orphans:
+        time_ms, spread = _summary(np.asarray(kernel.runs_ms, dtype=float))
+        rows.append({"layer": "", "kind": "", "op": "", "status": "executed", "kernel": kernel.name,
+                     "kernel_type": kernel.kernel_type, "exec_type": kernel.exec_type, "fused_into": "",
+                     "successors": "", "fusion": "", "time_ms": time_ms, "spread": spread,
+                     **{name: 0.0 for name in FEATURES}})
+    return rows

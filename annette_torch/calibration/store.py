@@ -1,0 +1,183 @@
+"""The measurement store: append-only CSV tables, one folder per backend fingerprint.
+
+    store = MeasurementStore.open("calibration/data", backend.fingerprint())
+    store.done()                      # benchmark ids already measured (ok or failed)
+    store.append(network_row, layer_rows)
+    store.networks(), store.layers()  # pandas DataFrames
+
+Folder ``<root>/<backend>-<threads>t-<precision>-<runtime>-<cpu hash>/`` holds
+``fingerprint.json``, ``networks.csv`` (one row per benchmark: spec, status, error,
+end-to-end latency) and ``layers.csv`` (one row per layer or runtime kernel, see
+:mod:`.matcher`). A benchmark is committed by its ``networks.csv`` row, which is
+written after its layer rows; each row group is one ``write`` to a file opened for
+appending, then ``fsync``. Opening the store repairs what a kill can leave: a last line
+without its newline is cut, and layer rows of an uncommitted benchmark are dropped, so
+a rerun measures that benchmark again and nothing is counted twice. A lock file keeps
+two campaigns from writing the same folder.
+"""
+from __future__ import annotations
+
+import csv
+import fcntl
+import hashlib
+import io
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any, Iterable
+
+import pandas as pd
+
+from ..atomic import atomic_path
+from ..kinds import FEATURES
+
+NETWORK_COLUMNS = ("benchmark", "family", "spec", "status", "error", "time_ms", "spread", "repeats",
+                   "layers_sum_ms", "kernels", "wall_s", "finished_utc")
+LAYER_COLUMNS = ("benchmark", "layer", "kind", "op", "status", "kernel", "kernel_type", "exec_type",
+                 "fused_into", "successors", "fusion", "time_ms", "spread") + FEATURES
+_FLOAT_DIGITS = 6
+
+
+class StoreError(RuntimeError):
+    """The store folder cannot be used: another campaign holds it, or its fingerprint differs."""
+
+
+def fingerprint_folder(fingerprint: dict[str, Any]) -> str:
+    """Folder name for a fingerprint: readable parts plus a hash of the CPU model."""
+    cpu = hashlib.sha1(str(fingerprint.get("cpu", "")).encode()).hexdigest()[:8]
+    text = (f"{fingerprint['backend']}-{fingerprint['threads']}t-{fingerprint['precision']}-"
+            f"{fingerprint['runtime_version']}-{cpu}")
+    return re.sub(r"[^A-Za-z0-9._+-]+", "_", text)
+
+
+def _format(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.{_FLOAT_DIGITS}g}"
+    return "" if value is None else str(value)
+
+
+def _csv_bytes(rows: Iterable[dict[str, Any]], columns: tuple[str, ...]) -> bytes:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    for row in rows:
+        unknown = set(row) - set(columns)
+        if unknown:
+            raise ValueError(f"store rows have unknown columns: {', '.join(sorted(unknown))}")
+        writer.writerow([_format(row.get(c)) for c in columns])
+    return buffer.getvalue().encode()
+
+
+def _append(path: Path, data: bytes) -> None:
+    descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(descriptor, view):]
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+class MeasurementStore:
+    """One fingerprint's measurements; open it with :meth:`open` (see module doc)."""
+
+    def __init__(self, folder: Path, fingerprint: dict[str, Any], lock_handle: Any) -> None:
+        self.folder = folder
+        self.fingerprint = fingerprint
+        self._lock_handle = lock_handle
+        self.networks_path = folder / "networks.csv"
+        self.layers_path = folder / "layers.csv"
+
+    @classmethod
+    def open(cls, root: str | os.PathLike, fingerprint: dict[str, Any]) -> MeasurementStore:
+        """Open (create) the folder for ``fingerprint`` under ``root``, lock it and repair
+        what an interrupted campaign left; ``StoreError`` if another process holds it."""
+        folder = Path(root) / fingerprint_folder(fingerprint)
+        folder.mkdir(parents=True, exist_ok=True)
+        lock_handle = open(folder / ".lock", "w")
+        try:
+            fcntl.flock(lock_handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock_handle.close()
+            raise StoreError(f"{folder} is in use by another calibration campaign") from None
+        fingerprint_path = folder / "fingerprint.json"
+        if fingerprint_path.exists():
+            recorded = json.loads(fingerprint_path.read_text())
+            if recorded != fingerprint:
+                lock_handle.close()
+                raise StoreError(f"{fingerprint_path} records {recorded}, not {fingerprint}")
+        else:
+            with atomic_path(fingerprint_path) as tmp:
+                tmp.write_text(json.dumps(fingerprint, indent=1) + "\n")
+        store = cls(folder, fingerprint, lock_handle)
+        store._repair()
+        return store
+
+    def close(self) -> None:
+        """Release the lock."""
+        self._lock_handle.close()
+
+    def __enter__(self) -> MeasurementStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _repair(self) -> None:
+        for path, columns in ((self.networks_path, NETWORK_COLUMNS), (self.layers_path, LAYER_COLUMNS)):
+            header = ",".join(columns) + "\n"
+            if not path.exists() or path.stat().st_size == 0:
+                path.write_text(header)
+                continue
+            data = path.read_bytes()
+            if not data.startswith(header.encode()):
+                raise StoreError(f"{path} does not start with the expected header {header.strip()!r}")
+            if not data.endswith(b"\n"):          # a row cut by a kill: drop it
+                with open(path, "rb+") as handle:
+                    handle.truncate(data.rfind(b"\n") + 1)
+        committed = self.done()
+        layers = self.layers()
+        orphan = ~layers["benchmark"].isin(committed)
+        if orphan.any():
+            with atomic_path(self.layers_path) as tmp:
+                tmp.write_bytes((",".join(LAYER_COLUMNS) + "\n").encode()
+                                + _csv_bytes(layers[~orphan].to_dict("records"), LAYER_COLUMNS))
+
+    def done(self) -> set[str]:
+        """Ids of the committed benchmarks, measured or failed."""
+        return set(self.networks()["benchmark"])
+
+    def append(self, network: dict[str, Any], layers: list[dict[str, Any]]) -> None:
+        """Add one benchmark: its layer rows, then its network row (the commit)."""
+        benchmark = network["benchmark"]
+        if layers:
+            _append(self.layers_path, _csv_bytes(({**row, "benchmark": benchmark} for row in layers), LAYER_COLUMNS))
+        _append(self.networks_path, _csv_bytes([network], NETWORK_COLUMNS))
+
+    def networks(self) -> pd.DataFrame:
+        """The committed benchmarks, one row each."""
+        return _read(self.networks_path)
+
+    def layers(self) -> pd.DataFrame:
+        """All layer rows (including those of benchmarks not yet committed)."""
+        return _read(self.layers_path)
+
+
+def _read(path: Path) -> pd.DataFrame:
+    return pd.read_csv(path, keep_default_na=False, na_values={"time_ms": [""], "spread": [""]},
+                       dtype={"benchmark": str, "layer": str, "error": str, "kernel": str, "fusion": str,
+                              "successors": str, "fused_into": str})
+
+
+def load_measurements(folder: str | os.PathLike) -> tuple[dict[str, Any], pd.DataFrame, pd.DataFrame]:
+    """(fingerprint, networks, layers) of one store folder, read-only and without
+    locking; layer rows of uncommitted benchmarks are left out."""
+    folder = Path(folder)
+    fingerprint_path = folder / "fingerprint.json"
+    if not fingerprint_path.is_file():
+        raise StoreError(f"{folder} is not a measurement store (no fingerprint.json)")
+    networks = _read(folder / "networks.csv")
+    layers = _read(folder / "layers.csv")
+    return (json.loads(fingerprint_path.read_text()), networks,
+            layers[layers["benchmark"].isin(set(networks["benchmark"]))].reset_index(drop=True))

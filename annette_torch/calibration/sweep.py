@@ -1,0 +1,180 @@
+"""Sweep files: which benchmark networks a calibration campaign builds.
+
+A sweep is a CSV file (``calibration/sweeps/<name>.csv`` in the repository, or any
+path). Lines starting with ``#`` are comments. Each row asks for benchmarks of one
+*family* (see :mod:`.generator`) and has the columns ``family, count`` followed by the
+parameter columns :data:`PARAMETERS`. A parameter cell is
+
+* empty: the family's default (or not used by the family),
+* ``64`` or ``relu``: that value,
+* ``1|3|5|7``: one of these, drawn uniformly,
+* ``8..2048``: an integer drawn log-uniformly from the range,
+* ``1..64:1``: every value of the range with that step (a grid).
+
+A row yields the cartesian product of its grid cells, and for each grid point ``count``
+random draws of the other cells (``count`` may be empty for 1). Draws are seeded by the
+sweep's name and the row, so a sweep always yields the same benchmarks; each benchmark's
+id is a hash of its family and parameters, which is what makes campaigns resumable.
+Benchmarks above :data:`MAX_OPS` operations or :data:`MAX_ELEMS` activation elements
+are redrawn (random cells) or skipped (grid points) to keep single runs short.
+"""
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import itertools
+import json
+import math
+import os
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+PARAMETERS = ("n", "h", "w", "c", "f", "k", "stride", "groups", "op", "pool")
+MAX_OPS = 3e9          # multiply-adds x 2 of one benchmark network
+MAX_ELEMS = 24e6       # elements of the largest activation tensor
+_REDRAWS = 200
+
+
+class SweepError(ValueError):
+    """A sweep file that cannot be read: names the file, the row and the problem."""
+
+
+@dataclass(frozen=True)
+class BenchmarkSpec:
+    """One benchmark network to build: its family and parameters; ``id`` is stable."""
+
+    family: str
+    params: dict[str, Any] = field(hash=False)
+
+    @property
+    def id(self) -> str:
+        text = json.dumps([self.family, self.params], sort_keys=True)
+        return f"{self.family}-{hashlib.sha1(text.encode()).hexdigest()[:12]}"
+
+    def to_json(self) -> str:
+        return json.dumps({"family": self.family, "params": self.params}, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> BenchmarkSpec:
+        data = json.loads(text)
+        return cls(data["family"], data["params"])
+
+
+@dataclass(frozen=True)
+class _Cell:
+    kind: str            # "fixed", "choice", "range", "grid"
+    values: tuple
+
+    def draw(self, rng: random.Random) -> Any:
+        if self.kind == "fixed":
+            return self.values[0]
+        if self.kind == "choice":
+            return rng.choice(self.values)
+        lo, hi = self.values
+        return int(round(math.exp(rng.uniform(math.log(lo), math.log(hi + 1) - 1e-9)) - 0.5)) \
+            if lo > 0 else rng.randint(lo, hi)
+
+
+def _value(text: str) -> Any:
+    try:
+        return int(text)
+    except ValueError:
+        return text
+
+
+def _parse_cell(text: str) -> _Cell | None:
+    text = text.strip()
+    if not text:
+        return None
+    if "|" in text:
+        return _Cell("choice", tuple(_value(v.strip()) for v in text.split("|")))
+    if ".." in text:
+        bounds, _, step = text.partition(":")
+        lo, hi = (int(v) for v in bounds.split(".."))
+        if lo > hi:
+            raise ValueError(f"range {text!r} is empty")
+        if step:
+            return _Cell("grid", tuple(range(lo, hi + 1, int(step))))
+        return _Cell("range", (lo, hi))
+    return _Cell("fixed", (_value(text),))
+
+
+def sweeps_folder() -> Path:
+    """``calibration/sweeps`` of the repository this package lives in."""
+    return Path(__file__).resolve().parents[2] / "calibration" / "sweeps"
+
+
+def sweep_path(name_or_path: str | os.PathLike) -> Path:
+    """The sweep file for a path, or for a name in :func:`sweeps_folder` (``quick``)."""
+    path = Path(name_or_path)
+    if path.suffix == ".csv" or path.exists():
+        if not path.is_file():
+            raise SweepError(f"sweep file {path} does not exist")
+        return path
+    candidate = sweeps_folder() / f"{name_or_path}.csv"
+    if candidate.is_file():
+        return candidate
+    known = sorted(p.stem for p in sweeps_folder().glob("*.csv"))
+    raise SweepError(f"no sweep named {name_or_path!r}; known sweeps: {', '.join(known) or 'none'} "
+                     f"(in {sweeps_folder()}), or pass the path of a sweep CSV file")
+
+
+def load_sweep(name_or_path: str | os.PathLike) -> list[BenchmarkSpec]:
+    """The benchmarks of a sweep file, in file order, without duplicates (see module doc)."""
+    from .generator import FAMILIES
+
+    path = sweep_path(name_or_path)
+    lines = [line for line in path.read_text().splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    reader = csv.DictReader(io.StringIO("\n".join(lines)))
+    expected = ("family", "count") + PARAMETERS
+    if tuple(reader.fieldnames or ()) != expected:
+        raise SweepError(f"{path}: the header must be {','.join(expected)}, got {','.join(reader.fieldnames or [])}")
+    specs: dict[str, BenchmarkSpec] = {}
+    for row_number, row in enumerate(reader, start=1):
+        where = f"{path}, row {row_number}"
+        family = row["family"].strip()
+        if family not in FAMILIES:
+            raise SweepError(f"{where}: unknown family {family!r}; families: {', '.join(sorted(FAMILIES))}")
+        try:
+            count = int(row["count"]) if row["count"].strip() else 1
+            cells = {p: c for p in PARAMETERS if (c := _parse_cell(row[p] or "")) is not None}
+        except ValueError as error:
+            raise SweepError(f"{where}: {error}") from None
+        grid_names = [p for p, c in cells.items() if c.kind == "grid"]
+        rng = random.Random(f"{path.stem}:{row_number}")
+        made, last_error = 0, "every draw was above the size limits"
+        for point in itertools.product(*(cells[p].values for p in grid_names)):
+            for _ in range(count):
+                spec, error = _draw(family, cells, dict(zip(grid_names, point)), rng)
+                if spec is not None:
+                    specs.setdefault(spec.id, spec)
+                    made += 1
+                last_error = error or last_error
+        if not made:
+            raise SweepError(f"{where}: the row makes no benchmark: {last_error}")
+    return list(specs.values())
+
+
+def _draw(family: str, cells: dict[str, _Cell], fixed: dict[str, Any],
+          rng: random.Random) -> tuple[BenchmarkSpec | None, str | None]:
+    """A spec within the size limits, redrawing the random cells; else (None, why).
+    Grid points that make no network (a pool window larger than the input) are skipped."""
+    from .generator import estimate_size
+
+    random_cells = {p: c for p, c in cells.items() if c.kind != "grid"}
+    tries = _REDRAWS if any(c.kind in ("range", "choice") for c in random_cells.values()) else 1
+    error = None
+    for _ in range(tries):
+        params = {**{p: c.draw(rng) for p, c in random_cells.items()}, **fixed}
+        spec = BenchmarkSpec(family, dict(sorted(params.items())))
+        try:
+            ops, elems = estimate_size(spec)
+        except ValueError as invalid:
+            error = str(invalid)
+            continue
+        if ops <= MAX_OPS and elems <= MAX_ELEMS:
+            return spec, None
+    return None, error
