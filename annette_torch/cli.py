@@ -138,8 +138,9 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--precision", default="f32", help="arithmetic precision (default f32)")
     cal.add_argument("--minutes", type=float, help="stop after this many minutes (rerun to resume)")
     cal.add_argument("--timeout", type=float, default=120.0, help="seconds before a benchmark counts as hung (default 120)")
-    cal.add_argument("--warmup", type=int, default=3, help="untimed inferences per benchmark (default 3)")
-    cal.add_argument("--repeats", type=_positive_int, default=15, help="timed inferences per benchmark (default 15)")
+    cal.add_argument("--warmup", type=int, default=5, help="untimed inferences per benchmark (default 5)")
+    cal.add_argument("--repeats", type=_positive_int, default=25,
+                     help="timed inferences per benchmark, profiled and end to end each (default 25)")
     cal.set_defaults(func=cmd_calibrate)
     return parser
 

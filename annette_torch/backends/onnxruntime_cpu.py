@@ -1,13 +1,28 @@
-"""``onnxruntime-cpu``: ONNX Runtime's CPU execution provider, sequential execution."""
+"""``onnxruntime-cpu``: ONNX Runtime's CPU execution provider, sequential execution.
+
+Per-layer profiles come from ORT's profiler (one ``<node>_kernel_time`` event per node
+and run, grouped into runs by the ``model_run`` events) and from the optimized graph ORT
+writes next to it, which says what it fused: a node of the optimized graph computes the
+original node it is named after (``/conv/Conv``, ``/fc/MatMul/MatMulAddFusion``, or
+``<tensor>_nchwc`` for the NCHWc layout's convolutions) together with the vanished original nodes behind the tensors it
+produces (a ReLU fused into ``FusedConv``), found by walking back over original nodes
+no earlier kernel has claimed.
+"""
 from __future__ import annotations
 
+import json
 import os
+import tempfile
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 
-from .base import OnnxBackend, register_backend
+from .base import KernelRecord, OnnxBackend, register_backend
+
+_NCHWC_SUFFIX = "_nchwc"
 
 
 @register_backend
@@ -20,14 +35,87 @@ class OnnxRuntimeCpu(OnnxBackend):
     def runtime_version(self) -> str:
         return ort.__version__
 
-    def compile_onnx(self, path: str | os.PathLike) -> ort.InferenceSession:
+    def session_options(self) -> ort.SessionOptions:
         options = ort.SessionOptions()
         options.intra_op_num_threads = self.threads
         options.inter_op_num_threads = 1
         options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        options.log_severity_level = 3        # no warning about saving an NCHWc-optimized model
+        return options
+
+    def compile_onnx(self, path: str | os.PathLike) -> ort.InferenceSession:
+        return ort.InferenceSession(str(path), self.session_options(), providers=["CPUExecutionProvider"])
 
     def runner(self, compiled: ort.InferenceSession, x: np.ndarray) -> Callable[[], object]:
         feed = {compiled.get_inputs()[0].name: x}
         return lambda: compiled.run(None, feed)
+
+    def profile_onnx(self, path: Path, x: np.ndarray, warmup: int, repeats: int) -> list[KernelRecord]:
+        with tempfile.TemporaryDirectory(prefix="annette_ort_") as folder:
+            options = self.session_options()
+            options.enable_profiling = True
+            options.profile_file_prefix = str(Path(folder) / "profile")
+            options.optimized_model_filepath = str(Path(folder) / "optimized.onnx")
+            session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+            run = self.runner(session, x)
+            for _ in range(warmup + repeats):
+                run()
+            events = json.loads(Path(session.end_profiling()).read_text())
+            optimized = onnx.load(options.optimized_model_filepath).graph
+        original = onnx.load(str(path), load_external_data=False).graph
+        originals = fused_originals(original, optimized)
+        kinds = {node.name: node.op_type for node in optimized.node}
+        return [KernelRecord(name=name, kernel_type=kinds.get(name, op), exec_type=provider, status="EXECUTED",
+                             runs_ms=tuple(times), layers=originals.get(name, ()))
+                for name, (op, provider, times) in _node_times(events, repeats).items()]
+
+
+def _node_times(events: list[dict], repeats: int) -> dict[str, tuple[str, str, list[float]]]:
+    """Per node of the last ``repeats`` runs: (op type, provider, time in ms per run)."""
+    runs = sorted((e["ts"], e["ts"] + e["dur"]) for e in events if e.get("cat") == "Session" and e.get("name") == "model_run")
+    if len(runs) < repeats:
+        raise RuntimeError(f"ONNX Runtime's profile holds {len(runs)} runs, expected at least {repeats}")
+    runs = runs[-repeats:]
+    times: dict[str, tuple[str, str, list[float]]] = {}
+    for event in events:
+        name = event.get("name", "")
+        if event.get("cat") != "Node" or not name.endswith("_kernel_time"):
+            continue
+        if not any(start <= event["ts"] <= end for start, end in runs):
+            continue
+        args = event.get("args", {})
+        entry = times.setdefault(name[: -len("_kernel_time")], (args.get("op_name", ""), args.get("provider", ""), []))
+        entry[2].append(event["dur"] / 1e3)
+    return times
+
+
+def fused_originals(original: onnx.GraphProto, optimized: onnx.GraphProto) -> dict[str, tuple[str, ...]]:
+    """For each node of ``optimized`` (in its order), the names of the ``original`` nodes
+    it computes: see the module docstring."""
+    producer = {output: node for node in original.node for output in node.output}
+    original_names = {node.name for node in original.node}
+    surviving = {node.name for node in optimized.node}
+    claimed: set[str] = set()
+    result = {}
+    for node in optimized.node:
+        names = []
+        own = node.name                        # "/fc/MatMul/MatMulAddFusion" is named after "/fc/MatMul"
+        while own and own not in original_names:
+            own = own.rpartition("/")[0]
+        if own and own not in claimed:
+            names.append(own)
+            claimed.add(own)
+        anchors = [output for output in node.output if output in producer]
+        if node.name.endswith(_NCHWC_SUFFIX) and node.name[: -len(_NCHWC_SUFFIX)] in producer:
+            anchors.append(node.name[: -len(_NCHWC_SUFFIX)])
+        stack = [producer[t] for t in anchors]
+        while stack:
+            candidate = stack.pop()
+            if candidate.name in claimed or candidate.name in surviving:
+                continue
+            claimed.add(candidate.name)
+            names.append(candidate.name)
+            stack.extend(producer[t] for t in candidate.input if t in producer)
+        result[node.name] = tuple(names)
+    return result

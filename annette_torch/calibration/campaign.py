@@ -119,7 +119,7 @@ class _Worker:
 
 
 def run_campaign(backend_name: str, sweep: str, out: str, threads: int = 1, precision: str = "f32",
-                 minutes: float | None = None, timeout_s: float = 120.0, warmup: int = 3, repeats: int = 15,
+                 minutes: float | None = None, timeout_s: float = 120.0, warmup: int = 5, repeats: int = 25,
                  progress: bool = True) -> CampaignSummary:
     """Measure the benchmarks of ``sweep`` that the store under ``out`` lacks (see module doc)."""
     options = {"threads": threads, "precision": precision}
