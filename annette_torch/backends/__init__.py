@@ -2,12 +2,13 @@
 
     from annette_torch.backends import get_backend, available_backends
 
-    available_backends()                  # ['onnxruntime-cpu', 'openvino-cpu', 'torch-cpu']
+    available_backends()                  # ['onnxruntime-cpu', 'openvino-cpu', 'torch-cpu', 'torch-cuda']
     backend = get_backend("openvino-cpu", threads=1, precision="f32")
     latency = backend.measure(model, (1, 3, 224, 224), warmup=5, repeats=20)
     latency.median_ms, latency.spread     # spread = (p90 - p10) / median of latency.runs_ms
     backend.measure_onnx("model.onnx", (1, 3, 224, 224))   # ONNX backends only
     backend.fingerprint()                 # backend, runtime_version, cpu, threads, precision
+    backend.profile(model, (1, 3, 224, 224), layer_paths)   # per-kernel rows + end-to-end latency
 
 ``measure`` times end-to-end synchronous inference of one random normal float32 input
 (eval mode; the ONNX backends export with ``torch.onnx.export(..., dynamo=False)`` into
@@ -16,12 +17,13 @@ a temporary directory first). A failing export, compile or run raises
 Adding a backend is one new file with a class decorated by :func:`register_backend`,
 imported below.
 """
-from .base import (BACKENDS, Backend, BackendError, Latency, OnnxBackend, available_backends,
-                   cpu_model, export_onnx, get_backend, random_input, register_backend)
+from .base import (BACKENDS, Backend, BackendError, KernelRecord, Latency, OnnxBackend, Profiled,
+                   available_backends, cpu_model, export_onnx, get_backend, onnx_scope, random_input,
+                   register_backend)
 from .onnxruntime_cpu import OnnxRuntimeCpu
 from .openvino_cpu import OpenVinoCpu
-from .torch_cpu import TorchCpu
+from .torch_cpu import TorchCpu, TorchCuda
 
-__all__ = ["BACKENDS", "Backend", "BackendError", "Latency", "OnnxBackend", "OnnxRuntimeCpu",
-           "OpenVinoCpu", "TorchCpu", "available_backends", "cpu_model", "export_onnx", "get_backend",
+__all__ = ["BACKENDS", "Backend", "BackendError", "KernelRecord", "Latency", "Profiled", "onnx_scope", "OnnxBackend", "OnnxRuntimeCpu",
+           "OpenVinoCpu", "TorchCpu", "TorchCuda", "available_backends", "cpu_model", "export_onnx", "get_backend",
            "random_input", "register_backend"]

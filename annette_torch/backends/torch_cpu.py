@@ -1,12 +1,41 @@
-"""``torch-cpu``: PyTorch eager on the CPU under ``torch.inference_mode()``."""
+"""``torch-cpu`` (and ``torch-cuda``): PyTorch eager under ``torch.inference_mode()``.
+
+Per-layer profiles: forward pre- and post-hooks on each original layer's module time it
+with ``time.perf_counter_ns`` in every timed inference (about a microsecond of overhead
+per layer; ``torch.profiler`` adds tens of microseconds per aten op, more than many small
+layers take, so it is only used once, in an extra inference, to record which aten ops
+each layer ran, its ``exec_type``, inside a ``record_function`` range named after the
+module path). Eager PyTorch fuses nothing: each layer is one kernel. ``torch-cuda`` is
+the same on the first GPU, with each layer timed by CUDA events recorded in the hooks
+(a layer's CPU time is only its launch) and a synchronize after every inference.
+"""
 from __future__ import annotations
 
-from typing import Sequence
+import contextlib
+import copy
+import time
+from typing import Iterator, Sequence
 
 import torch
 from torch import nn
 
-from .base import Backend, Latency, eval_mode, random_input, register_backend
+from .base import Backend, BackendError, KernelRecord, Latency, Profiled, eval_mode, random_input, register_backend
+
+
+@contextlib.contextmanager
+def _module_hooks(model: nn.Module, layer_paths: Sequence[str], enter, leave) -> Iterator[None]:
+    """Call ``enter(path)`` before and ``leave(path)`` after each module named in ``layer_paths``."""
+    wanted = set(layer_paths)
+    handles = []
+    for path, module in model.named_modules():
+        if path in wanted:
+            handles.append(module.register_forward_pre_hook(lambda m, a, p=path: enter(p)))
+            handles.append(module.register_forward_hook(lambda m, a, o, p=path: leave(p)))
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
 
 
 @register_backend
@@ -15,17 +44,116 @@ class TorchCpu(Backend):
     measurement (the previous thread count is restored afterwards)."""
 
     name = "torch-cpu"
+    device = "cpu"
 
     def runtime_version(self) -> str:
         return torch.__version__
 
-    def measure(self, model: nn.Module, input_shape: Sequence[int], warmup: int = 5,
-                repeats: int = 20) -> Latency:
-        x = torch.from_numpy(random_input(input_shape))
+    def synchronize(self) -> None:
+        """Wait for the device to finish (nothing to wait for on the CPU)."""
+
+    @contextlib.contextmanager
+    def _session(self, model: nn.Module, input_shape: Sequence[int]) -> Iterator[tuple[nn.Module, torch.Tensor]]:
+        """(the model on this backend's device, an input there), in eval and inference mode
+        with the backend's thread count; the caller's model is never moved."""
+        x = torch.from_numpy(random_input(input_shape)).to(self.device)
+        on_device = model if self.device == "cpu" else copy.deepcopy(model).to(self.device)
         previous_threads = torch.get_num_threads()
         torch.set_num_threads(self.threads)
         try:
-            with eval_mode(model), torch.inference_mode():
-                return self.time_runs(lambda: model(x), warmup, repeats)
+            with eval_mode(on_device), torch.inference_mode():
+                yield on_device, x
         finally:
             torch.set_num_threads(previous_threads)
+
+    def _infer(self, model: nn.Module, x: torch.Tensor) -> None:
+        model(x)
+        self.synchronize()
+
+    def measure(self, model: nn.Module, input_shape: Sequence[int], warmup: int = 5,
+                repeats: int = 20) -> Latency:
+        with self.step("run"), self._session(model, input_shape) as (on_device, x):
+            return self.time_runs(lambda: self._infer(on_device, x), warmup, repeats)
+
+    def profile(self, model: nn.Module, input_shape: Sequence[int], layer_paths: Sequence[str],
+                warmup: int = 3, repeats: int = 15) -> Profiled:
+        with self.step("run"), self._session(model, input_shape) as (on_device, x):
+            for _ in range(warmup):
+                self._infer(on_device, x)
+            kernels = self._profile_layers(on_device, x, layer_paths, repeats)
+        return Profiled(kernels, self.measure(model, input_shape, warmup, repeats))
+
+    def _layer_timer(self) -> tuple:
+        """(enter, leave, results): hook callbacks that time a layer, and a function giving
+        each layer's times in ms once the timed inferences are done."""
+        started: dict[str, int] = {}
+        times: dict[str, list[float]] = {}
+        enter = lambda path: started.__setitem__(path, time.perf_counter_ns())  # noqa: E731
+        leave = lambda path: times.setdefault(path, []).append((time.perf_counter_ns() - started[path]) / 1e6)  # noqa: E731
+        return enter, leave, lambda: times
+
+    def _profile_layers(self, model: nn.Module, x: torch.Tensor, layer_paths: Sequence[str],
+                        repeats: int) -> list[KernelRecord]:
+        enter, leave, results = self._layer_timer()
+        with _module_hooks(model, layer_paths, enter, leave):
+            for _ in range(repeats):
+                self._infer(model, x)
+        times = results()
+        ops = self._aten_ops(model, x, layer_paths)
+        types = {path: type(module).__name__ for path, module in model.named_modules()}
+        return [KernelRecord(name=path, kernel_type=types.get(path, ""), exec_type="+".join(ops.get(path, ())) or "aten",
+                             status="EXECUTED", runs_ms=tuple(runs), layers=(path,))
+                for path, runs in times.items()]
+
+    @staticmethod
+    def _aten_ops(model: nn.Module, x: torch.Tensor, layer_paths: Sequence[str]) -> dict[str, tuple[str, ...]]:
+        """The aten ops each layer's module calls, from one inference under ``torch.profiler``."""
+        ranges: dict[str, list] = {}
+        enter = lambda path: ranges.setdefault(path, []).append(torch.ops.profiler._record_function_enter_new(path))  # noqa: E731
+        leave = lambda path: torch.ops.profiler._record_function_exit(ranges[path].pop())  # noqa: E731
+        with _module_hooks(model, layer_paths, enter, leave), \
+                torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            model(x)
+        wanted = set(layer_paths)
+        return {event.name: tuple(dict.fromkeys(c.name for c in event.cpu_children))
+                for event in prof.events() if event.name in wanted}
+
+
+@register_backend
+class TorchCuda(TorchCpu):
+    """PyTorch eager on ``cuda:0`` (a copy of the model is moved there); ``threads`` only
+    bounds the host side. Constructing it without a CUDA device raises ``BackendError``."""
+
+    name = "torch-cuda"
+    device = "cuda"
+
+    def __init__(self, threads: int = 1, precision: str = "f32") -> None:
+        super().__init__(threads, precision)
+        if not torch.cuda.is_available():
+            raise BackendError(self.name, "start", RuntimeError("no CUDA device is available to torch"))
+
+    def runtime_version(self) -> str:
+        return f"{torch.__version__} (CUDA {torch.version.cuda})"
+
+    def fingerprint(self) -> dict:
+        return {**super().fingerprint(), "gpu": torch.cuda.get_device_name(0)}
+
+    def synchronize(self) -> None:
+        torch.cuda.synchronize()
+
+    def _layer_timer(self) -> tuple:
+        events: dict[str, list[tuple[torch.cuda.Event, torch.cuda.Event]]] = {}
+
+        def enter(path: str) -> None:
+            start = torch.cuda.Event(enable_timing=True)
+            start.record()
+            events.setdefault(path, []).append((start, torch.cuda.Event(enable_timing=True)))
+
+        def leave(path: str) -> None:
+            events[path][-1][1].record()
+
+        def results() -> dict[str, list[float]]:
+            torch.cuda.synchronize()
+            return {path: [start.elapsed_time(end) for start, end in pairs] for path, pairs in events.items()}
+
+        return enter, leave, results

@@ -6,7 +6,8 @@ Benchmarks run one at a time in a worker process, so one that hangs is killed af
 ``timeout_s`` and one that crashes the runtime takes only the worker down; both are
 recorded as failed with their error, and the campaign goes on with a new worker. What
 the store already holds is skipped, so an interrupted campaign (even ``kill -9``) is
-resumed by running the same command again. ``minutes`` bounds the wall time of one
+resumed by running the same command again. The worker's console output (runtime
+logs) goes to ``worker.log`` in the store folder. ``minutes`` bounds the wall time of one
 run of the campaign, for campaigns done in chunks.
 """
 from __future__ import annotations
@@ -65,10 +66,16 @@ def measure_benchmark(spec: BenchmarkSpec, backend: Any, warmup: int, repeats: i
     return network, rows
 
 
-def _serve(connection: Connection, backend_name: str, options: dict[str, Any], warmup: int, repeats: int) -> None:
-    """Worker loop: receive a spec as JSON, answer ("ok", network, rows) or ("failed", error)."""
+def _serve(connection: Connection, backend_name: str, options: dict[str, Any], warmup: int, repeats: int,
+           log_path: str) -> None:
+    """Worker loop: receive a spec as JSON, answer ("ok", network, rows) or ("failed", error).
+    The runtimes' own console output goes to ``log_path``, away from the progress bar."""
+    import os
     import warnings
     warnings.filterwarnings("ignore")
+    log = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
     backend = get_backend(backend_name, **options)
     while True:
         try:
@@ -85,8 +92,8 @@ def _serve(connection: Connection, backend_name: str, options: dict[str, Any], w
 class _Worker:
     """A worker process that measures one benchmark at a time; restarted after a kill."""
 
-    def __init__(self, backend_name: str, options: dict[str, Any], warmup: int, repeats: int) -> None:
-        self._args = (backend_name, options, warmup, repeats)
+    def __init__(self, backend_name: str, options: dict[str, Any], warmup: int, repeats: int, log_path: str) -> None:
+        self._args = (backend_name, options, warmup, repeats, log_path)
         self._process = None
 
     def _start(self) -> None:
@@ -130,7 +137,7 @@ def run_campaign(backend_name: str, sweep: str, out: str, threads: int = 1, prec
     with MeasurementStore.open(out, backend.fingerprint()) as store:
         done = store.done()
         todo = [s for s in specs if s.id not in done]
-        worker = _Worker(backend_name, options, warmup, repeats)
+        worker = _Worker(backend_name, options, warmup, repeats, str(store.folder / "worker.log"))
         measured = failed = layer_rows = 0
         stopped_early = False
         bar = tqdm(todo, desc=f"{backend_name} {sweep}", unit="bench", disable=not progress, dynamic_ncols=True)
