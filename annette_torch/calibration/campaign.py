@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import datetime
 import multiprocessing
+import os
 import time
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, Sequence
 
 from tqdm import tqdm
 
@@ -70,13 +71,13 @@ def _serve(connection: Connection, backend_name: str, options: dict[str, Any], w
            log_path: str) -> None:
     """Worker loop: receive a spec as JSON, answer ("ok", network, rows) or ("failed", error).
     The runtimes' own console output goes to ``log_path``, away from the progress bar."""
-    import os
     import warnings
     warnings.filterwarnings("ignore")
     log = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     os.dup2(log, 1)
     os.dup2(log, 2)
     backend = get_backend(backend_name, **options)
+    connection.send(("ready",))
     while True:
         try:
             text = connection.recv()
@@ -89,6 +90,9 @@ def _serve(connection: Connection, backend_name: str, options: dict[str, Any], w
             connection.send(("failed", f"{type(error).__name__}: {first_line(error)}"))
 
 
+_STARTUP_TIMEOUT_S = 300
+
+
 class _Worker:
     """A worker process that measures one benchmark at a time; restarted after a kill."""
 
@@ -97,11 +101,23 @@ class _Worker:
         self._process = None
 
     def _start(self) -> None:
+        """Start a worker and wait until its runtime is loaded, so that start-up time does
+        not count against the first benchmark's timeout."""
         context = multiprocessing.get_context("spawn")
         self._connection, child = context.Pipe()
         self._process = context.Process(target=_serve, args=(child, *self._args), daemon=True)
         self._process.start()
         child.close()
+        if not self._connection.poll(_STARTUP_TIMEOUT_S):
+            self.stop()
+            raise RuntimeError(f"the calibration worker did not start within {_STARTUP_TIMEOUT_S} s")
+        try:
+            self._connection.recv()
+        except EOFError:
+            code = self._process.exitcode
+            self.stop()
+            raise RuntimeError(f"the calibration worker exited while starting (exit code {code}); "
+                               f"see worker.log in the store folder") from None
 
     def run(self, spec: BenchmarkSpec, timeout_s: float) -> tuple:
         if self._process is None or not self._process.is_alive():
@@ -125,13 +141,15 @@ class _Worker:
             self._process = None
 
 
-def run_campaign(backend_name: str, sweep: str, out: str, threads: int = 1, precision: str = "f32",
-                 minutes: float | None = None, timeout_s: float = 120.0, warmup: int = 5, repeats: int = 25,
-                 progress: bool = True) -> CampaignSummary:
-    """Measure the benchmarks of ``sweep`` that the store under ``out`` lacks (see module doc)."""
+def run_campaign(backend_name: str, sweep: str | Sequence[BenchmarkSpec], out: str | os.PathLike,
+                 threads: int = 1, precision: str = "f32", minutes: float | None = None, timeout_s: float = 120.0,
+                 warmup: int = 5, repeats: int = 25, progress: bool = True) -> CampaignSummary:
+    """Measure the benchmarks of ``sweep`` (a sweep name, a CSV path, or specs) that the
+    store under ``out`` lacks (see module doc)."""
     options = {"threads": threads, "precision": precision}
     backend = get_backend(backend_name, **options)
-    specs = load_sweep(sweep)
+    specs = load_sweep(sweep) if isinstance(sweep, (str, os.PathLike)) else list(sweep)
+    label = sweep if isinstance(sweep, str) else "benchmarks"
     start = time.monotonic()
     deadline = start + minutes * 60 if minutes is not None else None
     with MeasurementStore.open(out, backend.fingerprint()) as store:
@@ -140,7 +158,7 @@ def run_campaign(backend_name: str, sweep: str, out: str, threads: int = 1, prec
         worker = _Worker(backend_name, options, warmup, repeats, str(store.folder / "worker.log"))
         measured = failed = layer_rows = 0
         stopped_early = False
-        bar = tqdm(todo, desc=f"{backend_name} {sweep}", unit="bench", disable=not progress, dynamic_ncols=True)
+        bar = tqdm(todo, desc=f"{backend_name} {label}", unit="bench", disable=not progress, dynamic_ncols=True)
         try:
             for spec in bar:
                 if deadline is not None and time.monotonic() >= deadline:

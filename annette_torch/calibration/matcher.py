@@ -77,7 +77,8 @@ def match_kernels(graph: LayerGraph, kernels: list[KernelRecord]) -> list[dict[s
         states = []
         for child in successors:
             together = layer.name in group and group.get(child) == group[layer.name]
-            states.append(("possibly-fused" if len(graph[child].parents) > 1 else "fused") if together else "not-fused")
+            multi_input = len(graph[child].input_shapes) > 1 or len(graph[child].parents) > 1
+            states.append(("possibly-fused" if multi_input else "fused") if together else "not-fused")
         rows.append({
             "layer": layer.name, "kind": layer.kind, "op": layer.op, "status": status,
             "kernel": ";".join(k.name for k in computing),

@@ -1,0 +1,296 @@
+"""Calibration engine: sweeps, generator, matcher, store, and campaigns on the real runtimes."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import annette_torch as at
+from annette_torch.backends import KernelRecord
+from annette_torch.calibration import (FAMILIES, BenchmarkSpec, MeasurementStore, StoreError, SweepError,
+                                       build_benchmark, load_measurements, load_sweep, match_kernels,
+                                       run_campaign)
+from annette_torch.calibration.generator import estimate_size
+from annette_torch.calibration.store import LAYER_COLUMNS, NETWORK_COLUMNS
+
+HEADER = "family,count,n,h,w,c,f,k,stride,groups,op,pool\n"
+FINGERPRINT = {"backend": "test", "runtime_version": "1", "cpu": "cpu", "threads": 1, "precision": "f32"}
+
+
+def write_sweep(tmp_path: Path, rows: str, name: str = "sweep") -> Path:
+    path = tmp_path / f"{name}.csv"
+    path.write_text("# a comment\n" + HEADER + rows)
+    return path
+
+
+# --- sweep files -------------------------------------------------------------------------
+
+def test_sweep_cells_grid_choice_range_and_stable_ids(tmp_path):
+    path = write_sweep(tmp_path, "conv2d,3,,8..64,,16|32,4..12:4,3,,,,\nlinear,2,,,,8..2048,10,,,,,\n")
+    specs = load_sweep(path)
+    convs = [s for s in specs if s.family == "conv2d"]
+    assert sorted({s.params["f"] for s in convs}) == [4, 8, 12]          # the grid, every value
+    assert {s.params["c"] for s in convs} <= {16, 32}                    # a choice
+    assert all(8 <= s.params["h"] <= 64 and s.params["k"] == 3 for s in convs)
+    assert all(8 <= s.params["c"] <= 2048 and s.params["f"] == 10 for s in specs if s.family == "linear")
+    assert [s.id for s in load_sweep(path)] == [s.id for s in specs]     # seeded: same benchmarks again
+    assert len({s.id for s in specs}) == len(specs)
+
+
+@pytest.mark.parametrize("rows, message", [
+    ("nosuch,1,,8,,8,8,3,,,,\n", "unknown family 'nosuch'"),
+    ("conv2d,1,,8,,8,8,3,,,bogus,\n", "does not use op"),
+    ("pool2d,1,,4,,8,,9,1,,max,\n", "larger than the input"),
+    ("conv2d,1,,8,,8,8,3,,,,x\n", "does not use pool"),
+    ("conv2d,1,,9..3,,8,8,3,,,,\n", "range '9..3' is empty"),
+])
+def test_sweep_errors_name_row_and_problem(tmp_path, rows, message):
+    with pytest.raises(SweepError, match=message) as info:
+        load_sweep(write_sweep(tmp_path, rows))
+    assert "row 1" in str(info.value)
+
+
+def test_sweep_header_and_name_errors(tmp_path):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("family,count,h\nconv2d,1,8\n")
+    with pytest.raises(SweepError, match="header must be"):
+        load_sweep(bad)
+    with pytest.raises(SweepError, match="known sweeps: .*quick"):
+        load_sweep("no-such-sweep")
+
+
+def test_shipped_sweeps_load_and_respect_limits():
+    sizes = {name: load_sweep(name) for name in ("smoke", "quick", "full")}
+    assert len(sizes["smoke"]) <= 15 < len(sizes["quick"]) < len(sizes["full"])
+    assert {s.family for s in sizes["quick"]} == set(FAMILIES)           # every family in quick
+    from annette_torch.calibration.sweep import MAX_ELEMS, MAX_OPS
+    for spec in sizes["quick"]:
+        ops, elems = estimate_size(spec)
+        assert ops <= MAX_OPS and elems <= MAX_ELEMS
+
+
+# --- generator ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("spec, kinds", [
+    (BenchmarkSpec("conv2d", {"h": 16, "c": 8, "f": 16, "k": 3, "groups": "dw"}), ["depthwise_conv"]),
+    (BenchmarkSpec("conv2d", {"h": 16, "c": 8, "f": 16, "k": 3, "groups": 4}), ["conv"]),
+    (BenchmarkSpec("conv_chain", {"h": 16, "c": 8, "f": 16, "k": 3, "op": "bn-hardswish-avgpool", "pool": 2}),
+     ["conv", "batch_norm", "hardswish", "avg_pool"]),
+    (BenchmarkSpec("residual", {"h": 8, "c": 8, "k": 3}), ["conv", "batch_norm", "relu", "conv", "batch_norm", "add", "relu"]),
+    (BenchmarkSpec("dw_separable", {"h": 8, "c": 8, "f": 16, "k": 3}),
+     ["depthwise_conv", "batch_norm", "relu6", "conv", "batch_norm"]),
+    (BenchmarkSpec("branch_concat", {"h": 8, "c": 8, "f": 4, "k": 3}), ["conv", "relu", "conv", "relu", "concat"]),
+    (BenchmarkSpec("mlp", {"c": 16, "f": 32, "h": 4}), ["linear", "gelu", "linear"]),
+    (BenchmarkSpec("norm", {"h": 4, "c": 16, "op": "layernorm"}), ["layer_norm"]),
+])
+def test_generator_builds_the_layers_it_names(spec, kinds):
+    model, shape = build_benchmark(spec)
+    graph = at.trace(model, input_shape=shape)
+    assert [layer.kind for layer in graph.layers if not layer.free] == kinds
+    assert all(layer.module_path for layer in graph.layers)             # every layer leads back to a module
+
+
+def test_estimated_size_matches_the_traced_network():
+    for spec in load_sweep("smoke"):
+        model, shape = build_benchmark(spec)
+        graph = at.trace(model, input_shape=shape)
+        ops, _ = estimate_size(spec)
+        if spec.family in ("conv2d", "linear", "residual", "branch_concat"):
+            assert ops == pytest.approx(graph.total("ops", ("conv", "depthwise_conv", "linear")), rel=0.02), spec
+
+
+# --- matcher (synthetic kernel reports) ----------------------------------------------------
+
+def kernel(name, layers, times=(1.0, 1.2, 0.8), status="EXECUTED", kind="K"):
+    return KernelRecord(name, kind, "impl", status, tuple(times), tuple(layers))
+
+
+def test_matcher_fused_possibly_fused_folded_and_orphan_rows():
+    model, shape = build_benchmark(BenchmarkSpec("residual", {"h": 8, "c": 8, "k": 3}))
+    graph = at.trace(model, input_shape=shape)
+    kernels = [kernel("k1", ["conv1", "act1"]), kernel("k2", ["conv2", "add", "act2"], times=(2, 2, 2)),
+               kernel("relu-not-run", ["act1"], status="NOT_RUN"), kernel("reorder", [], times=(0.1, 0.1, 0.3))]
+    rows = {row["layer"]: row for row in match_kernels(graph, kernels)}
+    assert rows["conv1"]["status"] == "executed" and rows["conv1"]["time_ms"] == pytest.approx(1.0)
+    assert rows["bn1"]["status"] == "fused" and rows["bn1"]["fused_into"] == "conv1"     # folded at export
+    assert rows["act1"]["status"] == "fused" and rows["act1"]["kernel"] == "k1"
+    assert rows["conv1"]["fusion"] == "fused" and rows["act1"]["fusion"] == "not-fused"  # act1 -> conv2
+    assert rows["bn2"]["fusion"] == "possibly-fused"           # add has two inputs: merge point ambiguous
+    assert rows["add"]["fusion"] == "fused" and rows["act2"]["fused_into"] == "conv2"
+    assert rows["conv2"]["time_ms"] == 2 and rows["add"]["time_ms"] == 0
+    assert rows[""]["kernel"] == "reorder" and rows[""]["time_ms"] == pytest.approx(0.1)
+
+
+def test_matcher_sums_a_layer_split_over_kernels_run_by_run():
+    model, shape = build_benchmark(BenchmarkSpec("linear", {"c": 8, "f": 8}))
+    graph = at.trace(model, input_shape=shape)
+    rows = match_kernels(graph, [kernel("a", ["fc"], (1, 3, 2)), kernel("b", ["fc"], (3, 1, 2))])
+    assert rows[0]["time_ms"] == 4 and rows[0]["spread"] == 0 and rows[0]["kernel"] == "a;b"
+
+
+# --- store ---------------------------------------------------------------------------------
+
+def network_row(benchmark):
+    return {"benchmark": benchmark, "family": "conv2d", "spec": "{}", "status": "ok", "time_ms": 1.5}
+
+
+def test_store_repairs_a_cut_row_and_drops_uncommitted_layer_rows(tmp_path):
+    with MeasurementStore.open(tmp_path, FINGERPRINT) as store:
+        store.append(network_row("a"), [{"layer": "conv", "time_ms": 1.0}])
+        folder = store.folder
+    with open(folder / "layers.csv", "a") as handle:           # b's layer rows were written, then a kill
+        handle.write("b,conv,conv,Conv2d,executed,k,K,impl,,,,1.0,0\n")
+    with open(folder / "networks.csv", "a") as handle:
+        handle.write("b,conv2d,{},ok,,1.")                     # cut mid-row
+    with MeasurementStore.open(tmp_path, FINGERPRINT) as store:
+        assert store.done() == {"a"}
+        assert list(store.layers()["benchmark"]) == ["a"]
+        assert (folder / "networks.csv").read_text().endswith("\n")
+    fingerprint, networks, layers = load_measurements(folder)
+    assert fingerprint == FINGERPRINT and list(networks.columns) == list(NETWORK_COLUMNS)
+    assert list(layers.columns) == list(LAYER_COLUMNS) and len(layers) == 1
+
+
+def test_store_is_locked_and_checks_its_fingerprint(tmp_path):
+    with MeasurementStore.open(tmp_path, FINGERPRINT):
+        with pytest.raises(StoreError, match="in use by another calibration campaign"):
+            MeasurementStore.open(tmp_path, FINGERPRINT)
+    with MeasurementStore.open(tmp_path, FINGERPRINT) as store:
+        (store.folder / "fingerprint.json").write_text('{"backend": "other"}')
+    with pytest.raises(StoreError, match="records"):
+        MeasurementStore.open(tmp_path, FINGERPRINT)
+
+
+def test_store_rejects_unknown_columns(tmp_path):
+    with MeasurementStore.open(tmp_path, FINGERPRINT) as store, pytest.raises(ValueError, match="unknown columns: bogus"):
+        store.append({**network_row("a"), "bogus": 1}, [])
+
+
+# --- campaigns on the real runtimes --------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def smoke_stores(tmp_path_factory):
+    """The smoke sweep measured on each local CPU backend (one store root)."""
+    root = tmp_path_factory.mktemp("smoke")
+    summaries = {name: run_campaign(name, "smoke", root, warmup=2, repeats=5, progress=False)
+                 for name in ("openvino-cpu", "onnxruntime-cpu", "torch-cpu")}
+    return summaries
+
+
+@pytest.mark.parametrize("backend", ["openvino-cpu", "onnxruntime-cpu", "torch-cpu"])
+def test_smoke_sweep_end_to_end(smoke_stores, backend):
+    summary = smoke_stores[backend]
+    specs = load_sweep("smoke")
+    assert (summary.measured, summary.failed, summary.benchmarks) == (len(specs), 0, len(specs))
+    fingerprint, networks, layers = load_measurements(summary.store)
+    assert fingerprint["backend"] == backend and fingerprint["threads"] == 1
+    assert set(networks["benchmark"]) == {s.id for s in specs}
+    assert (networks["status"] == "ok").all() and (networks["time_ms"] > 0).all()
+    named = layers[layers["layer"] != ""]
+    assert set(named["benchmark"]) == set(networks["benchmark"])       # every benchmark has layer rows
+    compute = named[named["kind"].isin(["conv", "depthwise_conv", "linear", "max_pool", "matmul"])]
+    assert (compute["status"] == "executed").all() and (compute["time_ms"] > 0).all()
+    # every layer is accounted for: it ran, it was fused into a kernel, or it is a view/identity
+    assert set(named["status"]) <= {"executed", "fused", "optimized_out"}
+    # per-layer times add up to about the network's time (where it is well above the
+    # profilers' microsecond resolution)
+    summed = layers.groupby("benchmark")["time_ms"].sum()
+    end_to_end = networks.set_index("benchmark")["time_ms"]
+    ratio = (summed / end_to_end)[end_to_end > 0.02]
+    assert len(ratio) >= 1 and ratio.between(0.3, 3).all(), ratio.to_dict()
+
+
+def rows_of(summary, family, op=None):
+    _, networks, layers = load_measurements(summary.store)
+    wanted = networks[networks["family"] == family]
+    if op:
+        wanted = wanted[wanted["spec"].str.contains(f'"op": "{op}"')]
+    return layers[layers["benchmark"].isin(wanted["benchmark"])].set_index("layer")
+
+
+def test_openvino_fuses_relu_into_the_conv_and_the_store_says_so(smoke_stores):
+    rows = rows_of(smoke_stores["openvino-cpu"], "conv_chain", "bn-relu")
+    assert rows.loc["act", "status"] == "fused" and rows.loc["act", "fused_into"] == "conv"
+    assert rows.loc["conv", "fusion"] == "fused" and rows.loc["bn", "fusion"] == "fused"
+    assert rows.loc["conv", "kernel_type"] == "Convolution"
+    residual = rows_of(smoke_stores["openvino-cpu"], "residual")
+    assert residual.loc["bn2", "fusion"] == "possibly-fused"               # the add joins conv2's kernel
+    assert residual.loc["add", "status"] == "fused"
+
+
+def test_onnxruntime_fuses_relu_into_the_conv(smoke_stores):
+    rows = rows_of(smoke_stores["onnxruntime-cpu"], "conv_chain", "bn-relu")
+    assert rows.loc["act", "status"] == "fused" and rows.loc["act", "fused_into"] == "conv"
+    assert rows.loc["conv", "status"] == "executed"
+
+
+def test_torch_eager_fuses_nothing(smoke_stores):
+    rows = rows_of(smoke_stores["torch-cpu"], "conv_chain", "bn-relu")
+    assert list(rows["status"]) == ["executed"] * 3 and "aten::conv2d" in rows.loc["conv", "exec_type"]
+
+
+def test_rerun_skips_what_the_store_holds(smoke_stores, tmp_path):
+    summary = smoke_stores["torch-cpu"]
+    root = Path(summary.store).parent
+    again = run_campaign("torch-cpu", "smoke", root, warmup=1, repeats=2, progress=False)
+    assert (again.measured, again.already_done) == (0, summary.benchmarks)
+
+
+def test_failing_and_hanging_benchmarks_are_recorded_and_the_campaign_goes_on(tmp_path):
+    bad = BenchmarkSpec("conv2d", {"h": 8, "c": 6, "f": 8, "k": 3, "groups": 4})      # groups do not divide c
+    slow = BenchmarkSpec("conv2d", {"h": 160, "c": 256, "f": 256, "k": 3})            # 30 GFLOP x 30 runs: ~15 s
+    good = BenchmarkSpec("linear", {"c": 32, "f": 16})
+    summary = run_campaign("torch-cpu", [bad, slow, good], tmp_path, warmup=5, repeats=10, timeout_s=5.0,
+                           progress=False)
+    assert (summary.measured, summary.failed) == (1, 2)
+    _, networks, layers = load_measurements(summary.store)
+    errors = networks.set_index("benchmark")["error"]
+    assert "groups=4 must divide c=6" in errors[bad.id]
+    assert errors[slow.id].startswith("timeout")
+    assert set(layers["benchmark"]) == {good.id}
+    again = run_campaign("torch-cpu", [bad, slow, good], tmp_path, progress=False)
+    assert again.already_done == 3 and again.measured == again.failed == 0
+
+
+def test_time_limit_stops_early(tmp_path):
+    summary = run_campaign("torch-cpu", "smoke", tmp_path, minutes=0, progress=False)
+    assert summary.stopped_early and summary.measured == 0
+
+
+def test_kill_9_mid_campaign_loses_nothing(tmp_path):
+    sweep = write_sweep(tmp_path, "conv2d,40,,8..32,,8..64,8..64,1|3,,,,\n", name="killme")
+    out = tmp_path / "store"
+    command = [sys.executable, "-m", "annette_torch.cli", "calibrate", "--backend", "onnxruntime-cpu",
+               "--sweep", str(sweep), "--out", str(out), "--warmup", "1", "--repeats", "3"]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    networks_csv = None
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        found = list(out.glob("*/networks.csv"))
+        if found and found[0].read_text().count("\n") >= 6:           # header + at least 5 benchmarks
+            networks_csv = found[0]
+            break
+        time.sleep(0.05)
+    assert networks_csv is not None, "the campaign did not start measuring"
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+    before = networks_csv.read_bytes()
+    before_ids = set(pd.read_csv(networks_csv)["benchmark"]) if before.endswith(b"\n") else None
+    assert process.returncode == -signal.SIGKILL
+
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=300)
+    after = networks_csv.read_bytes()
+    assert after.startswith(before[: before.rfind(b"\n") + 1])          # nothing measured was lost or rewritten
+    _, networks, layers = load_measurements(networks_csv.parent)
+    assert len(networks) == len(load_sweep(sweep)) == networks["benchmark"].nunique()
+    assert before_ids is None or before_ids <= set(networks["benchmark"])
+    assert (networks["status"] == "ok").all()
+    raw_layers = pd.read_csv(networks_csv.parent / "layers.csv")
+    assert set(raw_layers["benchmark"]) == set(networks["benchmark"])   # no orphan rows of the killed benchmark
+    assert layers.groupby("benchmark")["layer"].apply(lambda s: s[s != ""].is_unique).all()   # none doubled
