@@ -5,6 +5,7 @@
     annette-torch profiles
     annette-torch calibrate --backend openvino-cpu --sweep quick --out DIR [--threads N]
                   [--precision P] [--minutes M] [--timeout S] [--warmup W] [--repeats R]
+    annette-torch stores DIR [--compact]
 """
 from __future__ import annotations
 
@@ -106,6 +107,24 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_stores(args: argparse.Namespace) -> int:
+    from .calibration.store import MeasurementStore, load_measurements, store_folders, summarize
+
+    folders = store_folders(args.root)
+    if not folders:
+        raise ValueError(f"no measurement stores (folders with fingerprint.json) at or under {args.root}")
+    if args.compact:
+        for folder in folders:
+            fingerprint, _, _ = load_measurements(folder)
+            with MeasurementStore.open(folder.parent, fingerprint) as store:
+                store.compact()
+            print(f"compacted {folder}")
+    table = pd.DataFrame([summarize(folder) for folder in folders]).drop(columns="store")
+    with pd.option_context("display.width", 200, "display.float_format", "{:.3f}".format):
+        print(table.to_string(index=False))
+    return 0
+
+
 def _positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
@@ -142,6 +161,10 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--repeats", type=_positive_int, default=25,
                      help="timed inferences per benchmark, profiled and end to end each (default 25)")
     cal.set_defaults(func=cmd_calibrate)
+    stores = sub.add_parser("stores", help="summarize the measurement stores under a folder")
+    stores.add_argument("root", help="a store folder or a folder of stores (e.g. calibration/data)")
+    stores.add_argument("--compact", action="store_true", help="first move each store's rows into its .csv.gz archives")
+    stores.set_defaults(func=cmd_stores)
     return parser
 
 

@@ -157,6 +157,35 @@ def test_store_repairs_a_cut_row_and_drops_uncommitted_layer_rows(tmp_path):
     assert list(layers.columns) == list(LAYER_COLUMNS) and len(layers) == 1
 
 
+def test_compaction_keeps_every_row_once_even_if_cut_short(tmp_path):
+    with MeasurementStore.open(tmp_path, FINGERPRINT) as store:
+        for name in "ab":
+            store.append(network_row(name), [{"layer": "conv", "time_ms": 1.0, "ops": 2359296.0}])
+        live_before = store.layers_path.read_bytes(), store.networks_path.read_bytes()
+        store.compact()
+        assert store.done() == {"a", "b"} and store.layers_path.read_text().count("\n") == 1
+        store.append(network_row("c"), [{"layer": "conv", "time_ms": 2.0}])
+        assert sorted(store.networks()["benchmark"]) == ["a", "b", "c"]
+        assert store.layers().set_index("benchmark").loc["a", "ops"] == 2359296     # counts stay exact
+        # a kill after the archives were written but before the live files were emptied
+        store.layers_path.write_bytes(live_before[0])
+        store.networks_path.write_bytes(live_before[1])
+    _, networks, layers = load_measurements(store.folder)
+    assert sorted(networks["benchmark"]) == ["a", "b"] and sorted(layers["benchmark"]) == ["a", "b"]
+
+
+def test_stores_command_summarizes_and_compacts(tmp_path, capsys):
+    from annette_torch.cli import main
+    with MeasurementStore.open(tmp_path, FINGERPRINT) as store:
+        store.append({**network_row("a"), "spread": 0.1, "wall_s": 60.0},
+                     [{"layer": "conv", "status": "executed", "time_ms": 1.0, "spread": 0.02}])
+    assert main(["stores", str(tmp_path), "--compact"]) == 0
+    out = capsys.readouterr().out
+    assert "compacted" in out and "test" in out and "layer_spread" in out
+    assert (store.folder / "layers.csv.gz").exists()
+    assert main(["stores", str(tmp_path / "nothing")]) == 2
+
+
 def test_store_is_locked_and_checks_its_fingerprint(tmp_path):
     with MeasurementStore.open(tmp_path, FINGERPRINT):
         with pytest.raises(StoreError, match="in use by another calibration campaign"):
@@ -202,7 +231,7 @@ def test_smoke_sweep_end_to_end(smoke_stores, backend):
     # profilers' microsecond resolution)
     summed = layers.groupby("benchmark")["time_ms"].sum()
     end_to_end = networks.set_index("benchmark")["time_ms"]
-    ratio = (summed / end_to_end)[end_to_end > 0.02]
+    ratio = (summed / end_to_end)[end_to_end > 0.1]
     assert len(ratio) >= 1 and ratio.between(0.3, 3).all(), ratio.to_dict()
 
 

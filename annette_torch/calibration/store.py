@@ -14,11 +14,17 @@ appending, then ``fsync``. Opening the store repairs what a kill can leave: a la
 without its newline is cut, and layer rows of an uncommitted benchmark are dropped, so
 a rerun measures that benchmark again and nothing is counted twice. A lock file keeps
 two campaigns from writing the same folder.
+
+:meth:`MeasurementStore.compact` moves the rows into ``networks.csv.gz`` and
+``layers.csv.gz`` (about six times smaller, for committing) and empties the live files;
+readers combine archive and live rows, ignoring live rows of benchmarks the archive
+already holds, so a kill during compaction loses or doubles nothing either.
 """
 from __future__ import annotations
 
 import csv
 import fcntl
+import gzip
 import hashlib
 import io
 import json
@@ -53,6 +59,8 @@ def fingerprint_folder(fingerprint: dict[str, Any]) -> str:
 
 def _format(value: Any) -> str:
     if isinstance(value, float):
+        if value.is_integer() and abs(value) < 1e15:        # counts and dimensions stay exact
+            return str(int(value))
         return f"{value:.{_FLOAT_DIGITS}g}"
     return "" if value is None else str(value)
 
@@ -137,12 +145,10 @@ class MeasurementStore:
                 with open(path, "rb+") as handle:
                     handle.truncate(data.rfind(b"\n") + 1)
         committed = self.done()
-        layers = self.layers()
-        orphan = ~layers["benchmark"].isin(committed)
+        live = _read(self.layers_path)
+        orphan = ~live["benchmark"].isin(committed)
         if orphan.any():
-            with atomic_path(self.layers_path) as tmp:
-                tmp.write_bytes((",".join(LAYER_COLUMNS) + "\n").encode()
-                                + _csv_bytes(layers[~orphan].to_dict("records"), LAYER_COLUMNS))
+            _rewrite(self.layers_path, live[~orphan], LAYER_COLUMNS)
 
     def done(self) -> set[str]:
         """Ids of the committed benchmarks, measured or failed."""
@@ -157,17 +163,52 @@ class MeasurementStore:
 
     def networks(self) -> pd.DataFrame:
         """The committed benchmarks, one row each."""
-        return _read(self.networks_path)
+        return _combined(self.networks_path)
 
     def layers(self) -> pd.DataFrame:
-        """All layer rows (including those of benchmarks not yet committed)."""
-        return _read(self.layers_path)
+        """The layer rows of the committed benchmarks."""
+        return _combined(self.layers_path)
+
+    def compact(self) -> None:
+        """Move all rows into the gzip archives and empty the live files (see module doc)."""
+        networks, layers = self.networks(), self.layers()
+        for path, table, columns in ((self.layers_path, layers, LAYER_COLUMNS),
+                                     (self.networks_path, networks, NETWORK_COLUMNS)):
+            with atomic_path(_archive(path)) as tmp:
+                tmp.write_bytes(gzip.compress(_table_bytes(table, columns), mtime=0))
+        for path, columns in ((self.layers_path, LAYER_COLUMNS), (self.networks_path, NETWORK_COLUMNS)):
+            _rewrite(path, pd.DataFrame(columns=list(columns)), columns)
+
+
+def _archive(path: Path) -> Path:
+    return path.with_name(path.name + ".gz")
+
+
+def _table_bytes(table: pd.DataFrame, columns: tuple[str, ...]) -> bytes:
+    return (",".join(columns) + "\n").encode() + _csv_bytes(table.to_dict("records"), columns)
+
+
+def _rewrite(path: Path, table: pd.DataFrame, columns: tuple[str, ...]) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(_table_bytes(table, columns))
 
 
 def _read(path: Path) -> pd.DataFrame:
-    return pd.read_csv(path, keep_default_na=False, na_values={"time_ms": [""], "spread": [""]},
-                       dtype={"benchmark": str, "layer": str, "error": str, "kernel": str, "fusion": str,
-                              "successors": str, "fused_into": str})
+    """One CSV table (plain or gzip), with text columns kept as text."""
+    table = pd.read_csv(path, keep_default_na=False, na_values={"time_ms": [""], "spread": [""]},
+                        dtype={"benchmark": str, "layer": str, "error": str, "kernel": str, "fusion": str,
+                               "successors": str, "fused_into": str, "kernel_type": str, "exec_type": str})
+    return table.astype({c: object for c in table.columns if table[c].dtype == object})
+
+
+def _combined(live_path: Path) -> pd.DataFrame:
+    """Archive rows, then the live rows of benchmarks the archive does not hold."""
+    live = _read(live_path)
+    archive_path = _archive(live_path)
+    if not archive_path.exists():
+        return live
+    archive = _read(archive_path)
+    return pd.concat([archive, live[~live["benchmark"].isin(set(archive["benchmark"]))]], ignore_index=True)
 
 
 def load_measurements(folder: str | os.PathLike) -> tuple[dict[str, Any], pd.DataFrame, pd.DataFrame]:
@@ -177,7 +218,37 @@ def load_measurements(folder: str | os.PathLike) -> tuple[dict[str, Any], pd.Dat
     fingerprint_path = folder / "fingerprint.json"
     if not fingerprint_path.is_file():
         raise StoreError(f"{folder} is not a measurement store (no fingerprint.json)")
-    networks = _read(folder / "networks.csv")
-    layers = _read(folder / "layers.csv")
+    networks = _combined(folder / "networks.csv")
+    layers = _combined(folder / "layers.csv")
     return (json.loads(fingerprint_path.read_text()), networks,
             layers[layers["benchmark"].isin(set(networks["benchmark"]))].reset_index(drop=True))
+
+
+def store_folders(root: str | os.PathLike) -> list[Path]:
+    """The store folders at or directly under ``root`` (folders with a fingerprint.json)."""
+    root = Path(root)
+    if (root / "fingerprint.json").is_file():
+        return [root]
+    return sorted(p.parent for p in root.glob("*/fingerprint.json"))
+
+
+def summarize(folder: str | os.PathLike) -> dict[str, Any]:
+    """What one store holds: counts, measuring time and run-to-run spreads.
+
+    ``network_spread``: median over benchmarks of the end-to-end spread, (p90 - p10) /
+    median of the timed runs. ``layer_spread``: the same over executed layers of at
+    least 0.05 ms (shorter ones are dominated by the profilers' microsecond resolution).
+    ``measuring_min``: summed wall time of the benchmarks (building, export, compile, runs).
+    """
+    fingerprint, networks, layers = load_measurements(folder)
+    ok = networks[networks["status"] == "ok"]
+    executed = layers[(layers["status"] == "executed") & (layers["layer"] != "")]
+    return {
+        "store": Path(folder).name, "backend": fingerprint["backend"], "threads": fingerprint["threads"],
+        "precision": fingerprint["precision"], "benchmarks": len(ok), "failed": len(networks) - len(ok),
+        "layer_rows": len(layers), "executed_layers": len(executed),
+        "fused_layers": int((layers["status"] == "fused").sum()),
+        "measuring_min": float(networks["wall_s"].fillna(0).sum() / 60),
+        "network_spread": float(ok["spread"].median()) if len(ok) else float("nan"),
+        "layer_spread": float(executed.loc[executed["time_ms"] >= 0.05, "spread"].median()) if len(executed) else float("nan"),
+    }
