@@ -127,6 +127,14 @@ def test_matcher_fused_possibly_fused_folded_and_orphan_rows():
     assert rows[""]["kernel"] == "reorder" and rows[""]["time_ms"] == pytest.approx(0.1)
 
 
+def test_matcher_gives_nameless_compute_kernels_to_the_only_layer_left():
+    model, shape = build_benchmark(BenchmarkSpec("norm", {"h": 8, "c": 16, "op": "groupnorm"}))
+    graph = at.trace(model, input_shape=shape)
+    rows = match_kernels(graph, [kernel("MVN_1", [], (2, 2, 2), kind="MVN"), kernel("r", [], kind="Reorder")])
+    assert [(r["layer"], r["status"], r["kernel"], r["time_ms"]) for r in rows] == [
+        ("norm", "executed", "MVN_1", 2), ("", "executed", "r", 1)]
+
+
 def test_matcher_sums_a_layer_split_over_kernels_run_by_run():
     model, shape = build_benchmark(BenchmarkSpec("linear", {"c": 8, "f": 8}))
     graph = at.trace(model, input_shape=shape)

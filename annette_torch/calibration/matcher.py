@@ -17,7 +17,10 @@ inputs (a residual add could have merged into either producer), ``not-fused`` ot
 When several layers share a module path (functional calls inside one module), a kernel
 naming that path goes to the last of them, the module's output.
 Executed kernels that compute no original layer (layout reorders the runtime inserted)
-are kept as rows with an empty ``layer``, so the sum of rows still covers the network.
+are kept as rows with an empty ``layer``, so the sum of rows still covers the network;
+except that when exactly one non-free layer is computed by no kernel, the nameless
+kernels other than layout reorders are its kernels (a runtime that decomposed the layer
+and lost its name, as OpenVINO does for GroupNorm).
 """
 from __future__ import annotations
 
@@ -28,6 +31,9 @@ import numpy as np
 from ..backends.base import KernelRecord
 from ..graph.layer_graph import LayerGraph
 from ..kinds import FEATURES
+
+
+LAYOUT_KERNELS = frozenset({"Reorder", "ReorderInput", "ReorderOutput"})   # layout changes runtimes insert
 
 
 def _summary(runs: np.ndarray) -> tuple[float, float]:
@@ -59,6 +65,14 @@ def match_kernels(graph: LayerGraph, kernels: list[KernelRecord]) -> list[dict[s
     for layer in graph.layers:          # folded away (no node computes it): into its only parent
         if layer.name not in group and not layer.free and len(layer.parents) == 1 and layer.parents[0] in group:
             group[layer.name] = group[layer.parents[0]]
+    unaccounted = [layer.name for layer in graph.layers if layer.name not in group and not layer.free]
+    computing_orphans = [k for k in orphans if k.kernel_type not in LAYOUT_KERNELS]
+    if len(unaccounted) == 1 and computing_orphans:
+        # a runtime that decomposed a layer and lost its name (OpenVINO's GroupNorm -> MVN):
+        # the only layer nothing computes owns the orphan compute kernels
+        primary_kernels[unaccounted[0]] = computing_orphans
+        group[unaccounted[0]] = unaccounted[0]
+        orphans = [k for k in orphans if k.kernel_type in LAYOUT_KERNELS]
 
     children = graph.children
     rows = []
