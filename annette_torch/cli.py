@@ -5,6 +5,7 @@
     annette-torch profiles
     annette-torch calibrate --backend openvino-cpu --sweep quick --out DIR [--threads N]
                   [--precision P] [--minutes M] [--timeout S] [--warmup W] [--repeats R]
+                  [--config FILE] [--dry-run]
     annette-torch stores DIR [--compact]
 """
 from __future__ import annotations
@@ -19,6 +20,7 @@ from . import __version__
 from .atomic import atomic_path
 from .estimator import DEFAULT_PROFILE, Estimator
 from .graph import TraceError
+from .backends import BackendError
 from .calibration.store import StoreError
 from .profiles import ProfileError, builtin_names, load_profile
 
@@ -95,12 +97,25 @@ def cmd_profiles(args: argparse.Namespace) -> int:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    from .calibration import run_campaign
+    from .calibration import dry_run_campaign, run_campaign
 
+    options = {"config": args.config} if args.config else {}
+    if args.dry_run:
+        for spec, commands in dry_run_campaign(args.backend, args.sweep, threads=args.threads,
+                                               precision=args.precision, warmup=args.warmup,
+                                               repeats=args.repeats, backend_options=options):
+            print(f"# {spec.id}: {spec.to_json()}")
+            for command in commands:
+                print(command)
+        return 0
+
+    if not args.out:
+        raise ValueError("calibrate needs --out DIR (where the measurement store goes)")
     print(f"calibrating {args.backend} ({args.threads} thread(s), {args.precision}) with sweep {args.sweep!r} "
           f"into {args.out}" + (f", for at most {args.minutes:g} min" if args.minutes else ""))
     summary = run_campaign(args.backend, args.sweep, args.out, threads=args.threads, precision=args.precision,
-                           minutes=args.minutes, timeout_s=args.timeout, warmup=args.warmup, repeats=args.repeats)
+                           minutes=args.minutes, timeout_s=args.timeout, warmup=args.warmup, repeats=args.repeats,
+                           backend_options=options)
     print(summary)
     if summary.stopped_early:
         print("time limit reached; run the same command again to continue where this run stopped")
@@ -152,7 +167,10 @@ def build_parser() -> argparse.ArgumentParser:
     cal = sub.add_parser("calibrate", help="measure a sweep of benchmark networks on a runtime into a store")
     cal.add_argument("--backend", required=True, choices=available_backends())
     cal.add_argument("--sweep", required=True, help="sweep name in calibration/sweeps (smoke, quick, full) or a CSV path")
-    cal.add_argument("--out", required=True, help="store root; measurements go to a folder per backend fingerprint")
+    cal.add_argument("--out", help="store root; measurements go to a folder per backend fingerprint")
+    cal.add_argument("--config", help="backend configuration file (boards: see calibration/boards/)")
+    cal.add_argument("--dry-run", action="store_true",
+                     help="print the commands each benchmark would run (board backends) and run nothing")
     cal.add_argument("--threads", type=_positive_int, default=1, help="threads the runtime may use (default 1)")
     cal.add_argument("--precision", default="f32", help="arithmetic precision (default f32)")
     cal.add_argument("--minutes", type=float, help="stop after this many minutes (rerun to resume)")
@@ -172,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (TraceError, ProfileError, StoreError, ValueError, OSError) as error:
+    except (TraceError, ProfileError, StoreError, BackendError, ValueError, OSError) as error:
         print(f"annette-torch: error: {error}", file=sys.stderr)
         return 2
 

@@ -212,6 +212,13 @@ class Backend:
         profiler. Failures raise :class:`BackendError`."""
         raise NotImplementedError
 
+    def dry_run(self, model: nn.Module, input_shape: Sequence[int], layer_paths: Sequence[str],
+                warmup: int = 3, repeats: int = 15) -> list[str]:
+        """The commands :meth:`profile` would run (on the host and on a board), one per
+        line, without running them. Backends that run in-process have none to show."""
+        raise BackendError(self.name, "dry-run", NotImplementedError(
+            "this backend runs in-process through its Python API; there are no commands to print"))
+
     @contextlib.contextmanager
     def step(self, step: str) -> Iterator[None]:
         """Turn any error raised in the block into a :class:`BackendError` naming ``step``."""

@@ -18,7 +18,7 @@ import os
 import time
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from tqdm import tqdm
 
@@ -141,12 +141,29 @@ class _Worker:
             self._process = None
 
 
+def dry_run_campaign(backend_name: str, sweep: str | Sequence[BenchmarkSpec], threads: int = 1,
+                     precision: str = "f32", warmup: int = 5, repeats: int = 25,
+                     backend_options: dict[str, Any] | None = None) -> Iterator[tuple[BenchmarkSpec, list[str]]]:
+    """For each benchmark of ``sweep``: the commands the backend would run for it
+    (:meth:`~annette_torch.backends.Backend.dry_run`); nothing runs, nothing is stored."""
+    from ..graph import trace
+    from .generator import build_benchmark
+
+    backend = get_backend(backend_name, threads=threads, precision=precision, **(backend_options or {}))
+    for spec in load_sweep(sweep) if isinstance(sweep, (str, os.PathLike)) else sweep:
+        model, input_shape = build_benchmark(spec)
+        graph = trace(model, input_shape=input_shape, name=spec.id)
+        yield spec, backend.dry_run(model, input_shape, [layer.module_path for layer in graph.layers], warmup, repeats)
+
+
 def run_campaign(backend_name: str, sweep: str | Sequence[BenchmarkSpec], out: str | os.PathLike,
                  threads: int = 1, precision: str = "f32", minutes: float | None = None, timeout_s: float = 120.0,
-                 warmup: int = 5, repeats: int = 25, progress: bool = True) -> CampaignSummary:
+                 warmup: int = 5, repeats: int = 25, progress: bool = True,
+                 backend_options: dict[str, Any] | None = None) -> CampaignSummary:
     """Measure the benchmarks of ``sweep`` (a sweep name, a CSV path, or specs) that the
-    store under ``out`` lacks (see module doc)."""
-    options = {"threads": threads, "precision": precision}
+    store under ``out`` lacks (see module doc). ``backend_options`` go to the backend's
+    constructor besides threads and precision (e.g. a board's ``config`` file)."""
+    options = {"threads": threads, "precision": precision, **(backend_options or {})}
     backend = get_backend(backend_name, **options)
     specs = load_sweep(sweep) if isinstance(sweep, (str, os.PathLike)) else list(sweep)
     label = sweep if isinstance(sweep, str) else "benchmarks"
