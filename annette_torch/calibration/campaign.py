@@ -47,8 +47,25 @@ class CampaignSummary:
                 f"{self.already_done} already in the store, {left} left; {self.wall_s:.0f} s; store {self.store}")
 
 
+NOISY_SPREAD = 0.25      # a timing this spread out, above the profilers' resolution, is re-measured
+_RESOLVED_MS = 0.05      # times below this are dominated by the microsecond resolution of the profilers
+_ATTEMPTS = 3
+
+
+def _noise(latency: Any, rows: list[dict]) -> float:
+    """The largest spread among the network time and its layers' times that are long
+    enough to be resolved (0 when none is)."""
+    spreads = [row["spread"] for row in rows if row["time_ms"] >= _RESOLVED_MS]
+    if latency.median_ms >= _RESOLVED_MS:
+        spreads.append(latency.spread)
+    return max(spreads, default=0.0)
+
+
 def measure_benchmark(spec: BenchmarkSpec, backend: Any, warmup: int, repeats: int) -> tuple[dict, list[dict]]:
-    """Build, trace, profile and match one benchmark: (network row, layer rows)."""
+    """Build, trace, profile and match one benchmark: (network row, layer rows). On a
+    shared machine a burst of load can spoil one measurement: when a resolved time's
+    spread exceeds :data:`NOISY_SPREAD`, the benchmark is measured again (at most
+    three attempts) and the least noisy attempt is kept."""
     from ..graph import trace
     from .generator import build_benchmark
     from .matcher import match_kernels
@@ -56,9 +73,17 @@ def measure_benchmark(spec: BenchmarkSpec, backend: Any, warmup: int, repeats: i
     start = time.perf_counter()
     model, input_shape = build_benchmark(spec)
     graph = trace(model, input_shape=input_shape, name=spec.id)
-    profiled = backend.profile(model, input_shape, [layer.module_path for layer in graph.layers],
-                               warmup=warmup, repeats=repeats)
-    rows = match_kernels(graph, profiled.kernels)
+    best = None
+    for _ in range(_ATTEMPTS):
+        profiled = backend.profile(model, input_shape, [layer.module_path for layer in graph.layers],
+                                   warmup=warmup, repeats=repeats)
+        rows = match_kernels(graph, profiled.kernels)
+        noise = _noise(profiled.latency, rows)
+        if best is None or noise < best[0]:
+            best = (noise, profiled, rows)
+        if noise <= NOISY_SPREAD:
+            break
+    _, profiled, rows = best
     network = {"benchmark": spec.id, "family": spec.family, "spec": spec.to_json(), "status": "ok", "error": "",
                "time_ms": profiled.latency.median_ms, "spread": profiled.latency.spread, "repeats": repeats,
                "layers_sum_ms": sum(row["time_ms"] for row in rows),
