@@ -6,7 +6,7 @@
     annette-torch calibrate --backend openvino-cpu --sweep quick --out DIR [--threads N]
                   [--precision P] [--minutes M] [--timeout S] [--warmup W] [--repeats R]
                   [--config FILE] [--dry-run]
-    annette-torch stores DIR [--compact]
+    annette-torch stores DIR [--compact] [--by-family]
 """
 from __future__ import annotations
 
@@ -123,7 +123,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
 
 def cmd_stores(args: argparse.Namespace) -> int:
-    from .calibration.store import MeasurementStore, load_measurements, store_folders, summarize
+    from .calibration.store import MeasurementStore, load_measurements, store_folders, summarize, summarize_families
 
     folders = store_folders(args.root)
     if not folders:
@@ -137,6 +137,10 @@ def cmd_stores(args: argparse.Namespace) -> int:
     table = pd.DataFrame([summarize(folder) for folder in folders]).drop(columns="store")
     with pd.option_context("display.width", 200, "display.float_format", "{:.3f}".format):
         print(table.to_string(index=False))
+        if args.by_family:
+            for folder in folders:
+                print(f"\n{folder.name}")
+                print(summarize_families(folder).to_string(index=False))
     return 0
 
 
@@ -182,6 +186,7 @@ def build_parser() -> argparse.ArgumentParser:
     stores = sub.add_parser("stores", help="summarize the measurement stores under a folder")
     stores.add_argument("root", help="a store folder or a folder of stores (e.g. calibration/data)")
     stores.add_argument("--compact", action="store_true", help="first move each store's rows into its .csv.gz archives")
+    stores.add_argument("--by-family", action="store_true", help="also a table per benchmark family of each store")
     stores.set_defaults(func=cmd_stores)
     return parser
 

@@ -187,9 +187,9 @@ def test_stores_command_summarizes_and_compacts(tmp_path, capsys):
     with MeasurementStore.open(tmp_path, FINGERPRINT) as store:
         store.append({**network_row("a"), "spread": 0.1, "wall_s": 60.0},
                      [{"layer": "conv", "status": "executed", "time_ms": 1.0, "spread": 0.02}])
-    assert main(["stores", str(tmp_path), "--compact"]) == 0
+    assert main(["stores", str(tmp_path), "--compact", "--by-family"]) == 0
     out = capsys.readouterr().out
-    assert "compacted" in out and "test" in out and "layer_spread" in out
+    assert "compacted" in out and "test" in out and "layer_spread" in out and "layers_share" in out
     assert (store.folder / "layers.csv.gz").exists()
     assert main(["stores", str(tmp_path / "nothing")]) == 2
 

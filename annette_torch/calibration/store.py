@@ -59,6 +59,8 @@ def fingerprint_folder(fingerprint: dict[str, Any]) -> str:
 
 def _format(value: Any) -> str:
     if isinstance(value, float):
+        if value != value:                                   # NaN: an empty cell
+            return ""
         if value.is_integer() and abs(value) < 1e15:        # counts and dimensions stay exact
             return str(int(value))
         return f"{value:.{_FLOAT_DIGITS}g}"
@@ -193,12 +195,16 @@ def _rewrite(path: Path, table: pd.DataFrame, columns: tuple[str, ...]) -> None:
         tmp.write_bytes(_table_bytes(table, columns))
 
 
+_TEXT_COLUMNS = ("benchmark", "family", "spec", "status", "error", "finished_utc", "layer", "kind", "op",
+                 "kernel", "kernel_type", "exec_type", "fused_into", "successors", "fusion")
+
+
 def _read(path: Path) -> pd.DataFrame:
-    """One CSV table (plain or gzip), with text columns kept as text."""
-    table = pd.read_csv(path, keep_default_na=False, na_values={"time_ms": [""], "spread": [""]},
-                        dtype={"benchmark": str, "layer": str, "error": str, "kernel": str, "fusion": str,
-                               "successors": str, "fused_into": str, "kernel_type": str, "exec_type": str})
-    return table.astype({c: object for c in table.columns if table[c].dtype == object})
+    """One CSV table (plain or gzip): text columns as text ("" when empty), the others
+    as numbers (NaN when empty)."""
+    numeric = [c for c in NETWORK_COLUMNS + LAYER_COLUMNS if c not in _TEXT_COLUMNS]
+    return pd.read_csv(path, keep_default_na=False, na_values={c: [""] for c in numeric},
+                       dtype={c: str for c in _TEXT_COLUMNS})
 
 
 def _combined(live_path: Path) -> pd.DataFrame:
@@ -252,3 +258,15 @@ def summarize(folder: str | os.PathLike) -> dict[str, Any]:
         "network_spread": float(ok["spread"].median()) if len(ok) else float("nan"),
         "layer_spread": float(executed.loc[executed["time_ms"] >= 0.05, "spread"].median()) if len(executed) else float("nan"),
     }
+
+
+def summarize_families(folder: str | os.PathLike) -> pd.DataFrame:
+    """Per benchmark family of one store: benchmarks measured and failed, median
+    end-to-end time and spread, and the median ratio of the summed layer rows to the
+    end-to-end time (how much of a network the per-layer profile covers)."""
+    _, networks, _ = load_measurements(folder)
+    ok = networks[networks["status"] == "ok"].assign(layers_share=lambda t: t["layers_sum_ms"] / t["time_ms"])
+    table = ok.groupby("family").agg(benchmarks=("benchmark", "size"), time_ms=("time_ms", "median"),
+                                     spread=("spread", "median"), layers_share=("layers_share", "median"))
+    failed = networks[networks["status"] != "ok"].groupby("family").size()
+    return table.assign(failed=failed.reindex(table.index, fill_value=0)).reset_index()
