@@ -331,3 +331,53 @@ def test_kill_9_mid_campaign_loses_nothing(tmp_path):
     raw_layers = pd.read_csv(networks_csv.parent / "layers.csv")
     assert set(raw_layers["benchmark"]) == set(networks["benchmark"])   # no orphan rows of the killed benchmark
     assert layers.groupby("benchmark")["layer"].apply(lambda s: s[s != ""].is_unique).all()   # none doubled
+
+
+def test_onnxruntime_fusion_claims_follow_tensors_and_stop_at_claimed_nodes():
+    from onnx import helper
+
+    from annette_torch.backends.onnxruntime_cpu import fused_originals
+
+    def graph(nodes):
+        return helper.make_graph(nodes, "g", [], [])
+
+    original = graph([
+        helper.make_node("Conv", ["input", "w1"], ["/conv1/Conv_output_0"], name="/conv1/Conv"),
+        helper.make_node("Relu", ["/conv1/Conv_output_0"], ["/act1/Relu_output_0"], name="/act1/Relu"),
+        helper.make_node("Conv", ["/act1/Relu_output_0", "w2"], ["/conv2/Conv_output_0"], name="/conv2/Conv"),
+        helper.make_node("Add", ["/conv2/Conv_output_0", "/act1/Relu_output_0"], ["/add/Add_output_0"], name="/add/Add"),
+        helper.make_node("MatMul", ["/add/Add_output_0", "w3"], ["/fc/MatMul_output_0"], name="/fc/MatMul"),
+        helper.make_node("Add", ["/fc/MatMul_output_0", "b3"], ["out"], name="/fc/Add"),
+    ])
+    optimized = graph([      # NCHWc convolutions (the add fused as the second conv's sum), a fused gemm
+        helper.make_node("ReorderInput", ["input"], ["t0"], name="ReorderInput"),
+        helper.make_node("Conv", ["t0", "w1"], ["t1"], name="/act1/Relu_output_0_nchwc"),
+        helper.make_node("Conv", ["t1", "w2", "b", "t1"], ["t2"], name="/add/Add_output_0_nchwc"),
+        helper.make_node("ReorderOutput", ["t2"], ["/add/Add_output_0"], name="ReorderOutput"),
+        helper.make_node("Gemm", ["/add/Add_output_0", "w3", "b3"], ["out"], name="/fc/MatMul/MatMulAddFusion"),
+    ])
+    claims = fused_originals(original, optimized)
+    assert claims["ReorderInput"] == ()
+    assert set(claims["/act1/Relu_output_0_nchwc"]) == {"/act1/Relu", "/conv1/Conv"}
+    assert set(claims["/add/Add_output_0_nchwc"]) == {"/add/Add", "/conv2/Conv"}    # not act1: already claimed
+    assert claims["ReorderOutput"] == ()
+    assert set(claims["/fc/MatMul/MatMulAddFusion"]) == {"/fc/MatMul", "/fc/Add"}
+
+
+def test_torch_cuda_is_skipped_cleanly_without_a_gpu():
+    import torch
+
+    from annette_torch.backends import BackendError, get_backend
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present: test_smoke_sweep_on_cuda covers it")
+    with pytest.raises(BackendError, match="torch-cuda.*no CUDA device"):
+        get_backend("torch-cuda")
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="no CUDA device")
+def test_smoke_sweep_on_cuda(tmp_path):
+    summary = run_campaign("torch-cuda", "smoke", tmp_path, warmup=2, repeats=5, progress=False)
+    assert summary.failed == 0 and summary.measured == len(load_sweep("smoke"))
+    fingerprint, networks, layers = load_measurements(summary.store)
+    assert fingerprint["gpu"] and (networks["time_ms"] > 0).all()
+    assert (layers.loc[layers["kind"] == "conv", "time_ms"] > 0).all()
