@@ -294,7 +294,7 @@ def test_ncs2_dry_run_runner_and_benchmark_app(tmp_path):
                                                                  '"env": {"LD_LIBRARY_PATH": "/opt/ov/lib"}'))
     line = app.dry_run(model, shape, paths, 2, 9)[1]
     assert line.startswith("LD_LIBRARY_PATH=/opt/ov/lib benchmark_app -m ")
-    assert "-d MYRIAD -api sync -nireq 1 -niter 9 -pc -report_type detailed_counters -report_folder " in line
+    assert "-d MYRIAD -hint latency -api sync -nireq 1 -niter 9 -pc -report_type detailed_counters -report_folder " in line
 
 
 def test_cli_dry_run_prints_commands_per_benchmark(tmp_path, capsys):

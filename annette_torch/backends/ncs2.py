@@ -260,8 +260,8 @@ class Ncs2(Backend):
                             self.device, "--warmup", str(warmup), "--repeats", str(repeats), "--out",
                             str(work / "result.json")), self.timeout_s, f"profile on {self.device}",
                            "[openvino] python", self.env)
-        return Command((self.benchmark_app, "-m", str(work / "model.onnx"), "-d", self.device, "-api", "sync",
-                        "-nireq", "1", "-niter", str(repeats), "-pc", "-report_type", "detailed_counters",
+        return Command((self.benchmark_app, "-m", str(work / "model.onnx"), "-d", self.device, "-hint", "latency",
+                        "-api", "sync", "-nireq", "1", "-niter", str(repeats), "-pc", "-report_type", "detailed_counters",
                         "-report_folder", str(work)), self.timeout_s, f"profile on {self.device} with benchmark_app",
                        "[openvino] benchmark_app", self.env)
 
