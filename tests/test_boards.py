@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import shutil
 import stat
 import sys
 from pathlib import Path
@@ -513,3 +514,13 @@ def test_malformed_report_fails_the_benchmark_and_stores_no_layer_rows(tmp_path,
     assert networks["status"].tolist() == ["failed"] and len(layers) == 0
     assert "failed to parse the report" in networks["error"].iloc[0] and "unknown status 'RUNNING'" in \
         networks["error"].iloc[0]
+
+
+@pytest.mark.skipif(shutil.which("ssh") is None, reason="no ssh client on this machine")
+def test_the_real_ssh_client_takes_the_options_and_reports_a_refused_board(tmp_path):
+    config = zcu102_config(tmp_path, extra_board="retries = 0\nport = 1\nconnect_timeout_s = 3")
+    config.write_text(config.read_text().replace('host = "zcu102.local"', 'host = "127.0.0.1"'))
+    (tmp_path / "id_board").chmod(0o600)
+    with pytest.raises(BackendError, match=r"failed to reach the board: .*exit code 255: .*127.0.0.1 port 1: "
+                                           r"Connection refused.*check \[board\] host, user, port and key"):
+        get_backend("zcu102", config=config).fingerprint()
