@@ -5,7 +5,7 @@
     annette-torch profiles
     annette-torch calibrate --backend openvino-cpu --sweep quick --out DIR [--threads N]
                   [--precision P] [--minutes M] [--timeout S] [--warmup W] [--repeats R]
-                  [--config FILE] [--dry-run]
+                  [--config FILE] [--dry-run] [--retry-failed]
     annette-torch stores DIR [--compact] [--by-family]
 """
 from __future__ import annotations
@@ -111,11 +111,12 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
     if not args.out:
         raise ValueError("calibrate needs --out DIR (where the measurement store goes)")
-    print(f"calibrating {args.backend} ({args.threads} thread(s), {args.precision}) with sweep {args.sweep!r} "
+    print(f"calibrating {args.backend} ({args.threads} thread(s), {args.precision or 'default precision'}) "
+          f"with sweep {args.sweep!r} "
           f"into {args.out}" + (f", for at most {args.minutes:g} min" if args.minutes else ""))
     summary = run_campaign(args.backend, args.sweep, args.out, threads=args.threads, precision=args.precision,
                            minutes=args.minutes, timeout_s=args.timeout, warmup=args.warmup, repeats=args.repeats,
-                           backend_options=options)
+                           backend_options=options, retry_failed=args.retry_failed)
     print(summary)
     if summary.stopped_early:
         print("time limit reached; run the same command again to continue where this run stopped")
@@ -176,9 +177,13 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--dry-run", action="store_true",
                      help="print the commands each benchmark would run (board backends) and run nothing")
     cal.add_argument("--threads", type=_positive_int, default=1, help="threads the runtime may use (default 1)")
-    cal.add_argument("--precision", default="f32", help="arithmetic precision (default f32)")
+    cal.add_argument("--precision", help="arithmetic precision (default: the backend's own, f32 for the CPU "
+                                          "runtimes, int8 for zcu102, f16 for ncs2)")
     cal.add_argument("--minutes", type=float, help="stop after this many minutes (rerun to resume)")
-    cal.add_argument("--timeout", type=float, default=120.0, help="seconds before a benchmark counts as hung (default 120)")
+    cal.add_argument("--timeout", type=float,
+                     help="seconds before a benchmark counts as hung (default: the backend's, 120 for the CPU runtimes)")
+    cal.add_argument("--retry-failed", action="store_true",
+                     help="measure again the benchmarks whose last attempt failed (e.g. the board was down)")
     cal.add_argument("--warmup", type=int, default=5, help="untimed inferences per benchmark (default 5)")
     cal.add_argument("--repeats", type=_positive_int, default=25,
                      help="timed inferences per benchmark, profiled and end to end each (default 25)")

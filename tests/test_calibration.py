@@ -381,3 +381,26 @@ def test_smoke_sweep_on_cuda(tmp_path):
     fingerprint, networks, layers = load_measurements(summary.store)
     assert fingerprint["gpu"] and (networks["time_ms"] > 0).all()
     assert (layers.loc[layers["kind"] == "conv", "time_ms"] > 0).all()
+
+
+def test_retry_failed_measures_failures_again_and_the_success_supersedes(tmp_path):
+    bad_then_fixed = BenchmarkSpec("linear", {"c": 32, "f": 16})
+    from annette_torch.backends import get_backend
+    fingerprint = get_backend("torch-cpu").fingerprint()
+    with MeasurementStore.open(tmp_path, fingerprint) as store:         # an earlier run where it failed
+        store.append({"benchmark": bad_then_fixed.id, "family": "linear", "spec": bad_then_fixed.to_json(),
+                      "status": "failed", "error": "board was down"}, [])
+        store.compact()
+    skipped = run_campaign("torch-cpu", [bad_then_fixed], tmp_path, progress=False)
+    assert skipped.already_done == 1 and skipped.measured == 0
+    retried = run_campaign("torch-cpu", [bad_then_fixed], tmp_path, warmup=1, repeats=3, progress=False,
+                           retry_failed=True)
+    assert retried.measured == 1
+    _, networks, layers = load_measurements(retried.store)
+    assert list(networks["status"]) == ["ok"] and set(layers["benchmark"]) == {bad_then_fixed.id}
+
+
+def test_backends_default_to_their_own_precision_and_timeout():
+    from annette_torch.backends import get_backend
+    assert get_backend("openvino-cpu").precision == "f32"
+    assert get_backend("torch-cpu").benchmark_timeout_s == 120

@@ -171,13 +171,15 @@ class Backend:
     ``precisions`` and implement :meth:`runtime_version` and :meth:`measure`.
 
     ``threads``: threads the runtime may use for one inference. ``precision``: the
-    arithmetic precision asked for (one of ``precisions``).
+    arithmetic precision asked for (one of ``precisions``; ``None``: the first).
     """
 
     name: ClassVar[str] = ""
-    precisions: ClassVar[tuple[str, ...]] = ("f32",)
+    precisions: ClassVar[tuple[str, ...]] = ("f32",)      # the first is the default
+    benchmark_timeout_s: ClassVar[float] = 120.0          # a calibration benchmark taking longer has hung
 
-    def __init__(self, threads: int = 1, precision: str = "f32") -> None:
+    def __init__(self, threads: int = 1, precision: str | None = None) -> None:
+        precision = self.precisions[0] if precision is None else precision
         if not isinstance(threads, int) or threads < 1:
             raise ValueError(f"backend {self.name!r}: threads must be a positive int, got {threads!r}")
         if precision not in self.precisions:

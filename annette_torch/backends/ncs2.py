@@ -191,8 +191,9 @@ class Ncs2(Backend):
 
     name = "ncs2"
     precisions = ("f16",)
+    benchmark_timeout_s = 1200.0          # export, compile for MYRIAD and runs in another interpreter
 
-    def __init__(self, threads: int = 1, precision: str = "f16", config: str | os.PathLike | None = None) -> None:
+    def __init__(self, threads: int = 1, precision: str | None = None, config: str | os.PathLike | None = None) -> None:
         super().__init__(threads, precision)
         if threads != 1:
             raise ValueError("backend 'ncs2' runs one inference at a time; use --threads 1")

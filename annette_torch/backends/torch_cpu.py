@@ -127,7 +127,7 @@ class TorchCuda(TorchCpu):
     name = "torch-cuda"
     device = "cuda"
 
-    def __init__(self, threads: int = 1, precision: str = "f32") -> None:
+    def __init__(self, threads: int = 1, precision: str | None = None) -> None:
         super().__init__(threads, precision)
         if not torch.cuda.is_available():
             raise BackendError(self.name, "start", RuntimeError("no CUDA device is available to torch"))

@@ -377,8 +377,9 @@ class Zcu102(Backend):
 
     name = "zcu102"
     precisions = ("int8",)
+    benchmark_timeout_s = 3600.0          # quantize + compile + board runs, each with its own timeout
 
-    def __init__(self, threads: int = 1, precision: str = "int8", config: str | os.PathLike | None = None) -> None:
+    def __init__(self, threads: int = 1, precision: str | None = None, config: str | os.PathLike | None = None) -> None:
         super().__init__(threads, precision)
         if threads != 1:
             raise ValueError("backend 'zcu102' runs one inference at a time; use --threads 1")

@@ -167,7 +167,7 @@ class _Worker:
 
 
 def dry_run_campaign(backend_name: str, sweep: str | Sequence[BenchmarkSpec], threads: int = 1,
-                     precision: str = "f32", warmup: int = 5, repeats: int = 25,
+                     precision: str | None = None, warmup: int = 5, repeats: int = 25,
                      backend_options: dict[str, Any] | None = None) -> Iterator[tuple[BenchmarkSpec, list[str]]]:
     """For each benchmark of ``sweep``: the commands the backend would run for it
     (:meth:`~annette_torch.backends.Backend.dry_run`); nothing runs, nothing is stored."""
@@ -182,20 +182,25 @@ def dry_run_campaign(backend_name: str, sweep: str | Sequence[BenchmarkSpec], th
 
 
 def run_campaign(backend_name: str, sweep: str | Sequence[BenchmarkSpec], out: str | os.PathLike,
-                 threads: int = 1, precision: str = "f32", minutes: float | None = None, timeout_s: float = 120.0,
-                 warmup: int = 5, repeats: int = 25, progress: bool = True,
-                 backend_options: dict[str, Any] | None = None) -> CampaignSummary:
+                 threads: int = 1, precision: str | None = None, minutes: float | None = None,
+                 timeout_s: float | None = None, warmup: int = 5, repeats: int = 25, progress: bool = True,
+                 backend_options: dict[str, Any] | None = None, retry_failed: bool = False) -> CampaignSummary:
     """Measure the benchmarks of ``sweep`` (a sweep name, a CSV path, or specs) that the
-    store under ``out`` lacks (see module doc). ``backend_options`` go to the backend's
-    constructor besides threads and precision (e.g. a board's ``config`` file)."""
-    options = {"threads": threads, "precision": precision, **(backend_options or {})}
-    backend = get_backend(backend_name, **options)
+    store under ``out`` lacks (see module doc). ``precision`` and ``timeout_s`` default
+    to the backend's own (:attr:`Backend.precisions`, :attr:`Backend.benchmark_timeout_s`).
+    ``backend_options`` go to the backend's constructor besides threads and precision
+    (e.g. a board's ``config`` file). ``retry_failed``: measure again the benchmarks whose
+    last attempt failed (a board that was down); a success is appended and supersedes
+    the failure."""
+    backend = get_backend(backend_name, threads=threads, precision=precision, **(backend_options or {}))
+    options = {"threads": threads, "precision": backend.precision, **(backend_options or {})}
+    timeout_s = backend.benchmark_timeout_s if timeout_s is None else timeout_s
     specs = load_sweep(sweep) if isinstance(sweep, (str, os.PathLike)) else list(sweep)
     label = sweep if isinstance(sweep, str) else "benchmarks"
     start = time.monotonic()
     deadline = start + minutes * 60 if minutes is not None else None
     with MeasurementStore.open(out, backend.fingerprint()) as store:
-        done = store.done()
+        done = store.done(include_failed=not retry_failed)
         # a fixed pseudo-random order (by the id's hash) so that a campaign cut short by
         # --minutes still covers every family
         todo = sorted((s for s in specs if s.id not in done), key=lambda s: s.id.rsplit("-", 1)[1])

@@ -152,9 +152,13 @@ class MeasurementStore:
         if orphan.any():
             _rewrite(self.layers_path, live[~orphan], LAYER_COLUMNS)
 
-    def done(self) -> set[str]:
-        """Ids of the committed benchmarks, measured or failed."""
-        return set(self.networks()["benchmark"])
+    def done(self, include_failed: bool = True) -> set[str]:
+        """Ids of the committed benchmarks: measured, and unless ``include_failed`` is
+        false, also those whose last attempt failed."""
+        networks = self.networks()
+        if not include_failed:
+            networks = networks[networks["status"] == "ok"]
+        return set(networks["benchmark"])
 
     def append(self, network: dict[str, Any], layers: list[dict[str, Any]]) -> None:
         """Add one benchmark: its layer rows, then its network row (the commit)."""
@@ -164,7 +168,7 @@ class MeasurementStore:
         _append(self.networks_path, _csv_bytes([network], NETWORK_COLUMNS))
 
     def networks(self) -> pd.DataFrame:
-        """The committed benchmarks, one row each."""
+        """The committed benchmarks, one row each (the last attempt of a retried one)."""
         return _combined(self.networks_path)
 
     def layers(self) -> pd.DataFrame:
@@ -208,13 +212,18 @@ def _read(path: Path) -> pd.DataFrame:
 
 
 def _combined(live_path: Path) -> pd.DataFrame:
-    """Archive rows, then the live rows of benchmarks the archive does not hold."""
+    """Archive rows, then the live rows of benchmarks the archive does not hold; for the
+    networks table, one row per benchmark, its last (a retry after a failure)."""
     live = _read(live_path)
     archive_path = _archive(live_path)
-    if not archive_path.exists():
-        return live
-    archive = _read(archive_path)
-    return pd.concat([archive, live[~live["benchmark"].isin(set(archive["benchmark"]))]], ignore_index=True)
+    if archive_path.exists():
+        archive = _read(archive_path)
+        if live_path.name != "networks.csv":
+            live = live[~live["benchmark"].isin(set(archive["benchmark"]))]
+        live = pd.concat([archive, live], ignore_index=True)
+    if live_path.name == "networks.csv":
+        live = live.drop_duplicates("benchmark", keep="last").reset_index(drop=True)
+    return live
 
 
 def load_measurements(folder: str | os.PathLike) -> tuple[dict[str, Any], pd.DataFrame, pd.DataFrame]:

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# The campaigns behind calibration/data, as run on the project machine (2 shared cores).
+# Each command resumes where an interrupted run stopped; run this file again to continue.
+# Keep the machine otherwise idle while the 2-thread campaign runs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+calibrate() { annette-torch calibrate --out calibration/data "$@"; }
+
+calibrate --backend openvino-cpu    --sweep full  --threads 1
+calibrate --backend openvino-cpu    --sweep quick --threads 2
+calibrate --backend onnxruntime-cpu --sweep quick --threads 1
+calibrate --backend torch-cpu       --sweep quick --threads 1
+calibrate --backend onnxruntime-cpu --sweep full  --threads 1
+calibrate --backend torch-cpu       --sweep full  --threads 1
+
+annette-torch stores calibration/data --compact --by-family
