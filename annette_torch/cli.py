@@ -7,6 +7,7 @@
                   [--precision P] [--minutes M] [--timeout S] [--warmup W] [--repeats R]
                   [--config FILE] [--dry-run] [--retry-failed]
     annette-torch stores DIR [--compact] [--by-family]
+    annette-torch fit --data STORE_DIR --out PROFILE_DIR [--name NAME] [--seed S] [--test-share F]
 """
 from __future__ import annotations
 
@@ -145,6 +146,26 @@ def cmd_stores(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_fit(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from .calibration.store import store_folders
+    from .fit import fit_profile, format_report
+
+    folders = store_folders(args.data)
+    if not folders:
+        raise ValueError(f"no measurement stores (folders with fingerprint.json) at or under {args.data}")
+    if args.name and len(folders) > 1:
+        raise ValueError(f"--name names one profile, but {args.data} holds {len(folders)} stores; pass one store folder")
+    for folder in folders:
+        print(f"fitting {folder}")
+        profile = fit_profile(folder, name=args.name, seed=args.seed, test_share=args.test_share, progress=True)
+        print(format_report(profile.fit_metrics))
+        path = profile.save(Path(args.out) / f"{profile.name}.json")
+        print(f"wrote {path}\n")
+    return 0
+
+
 def _positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
@@ -193,6 +214,14 @@ def build_parser() -> argparse.ArgumentParser:
     stores.add_argument("--compact", action="store_true", help="first move each store's rows into its .csv.gz archives")
     stores.add_argument("--by-family", action="store_true", help="also a table per benchmark family of each store")
     stores.set_defaults(func=cmd_stores)
+    fit = sub.add_parser("fit", help="fit a profile (mapping rules, layer models, overhead) to a measurement store")
+    fit.add_argument("--data", required=True, help="a store folder, or a folder of stores (one profile each)")
+    fit.add_argument("--out", required=True, help="folder for the profile(s), written as <name>.json")
+    fit.add_argument("--name", help="profile name (default: the backend, with -<n>t for more than one thread)")
+    fit.add_argument("--seed", type=int, default=0, help="seed of the held-out split and the learners (default 0)")
+    fit.add_argument("--test-share", type=float, default=0.2,
+                     help="share of benchmarks held out to score the models (default 0.2)")
+    fit.set_defaults(func=cmd_fit)
     return parser
 
 

@@ -1,0 +1,200 @@
+"""Learning the mapping model (fusion rules) from multi-layer benchmarks.
+
+Every edge A -> B of a benchmark graph on which the estimator's mapping could fuse B
+(B is A's only consumer; for a multi-input B, the parent computed last, as
+:func:`annette_torch.mapping.map_kernels` does) is one example. Its primary P is the
+executed layer whose kernel ran A (A itself, or the layer A was fused into: a BatchNorm
+folded into its conv at export counts as fused, so conv -> bn -> relu is two examples
+with P = conv). The label is whether the target ran B in P's kernel too; a residual add
+the matcher calls ``possibly-fused`` counts by where the add actually went. Edges
+touching an optimized-out layer say nothing about fusion and are skipped.
+
+Per (P kind, B kind) pair:
+
+* fused (almost) always: an unconditional rule ``P kind + B kind -> P kind``;
+* (almost) never: no rule;
+* in between: a small decision tree (depth 2) whose splits are :class:`Clause` s
+  (``<layer>.<attr> <= v`` or ``> v``) on the dimensions and attributes of P and B,
+  chosen by Gini gain; every leaf where fusion wins becomes one rule with its path as
+  the condition. The tree is kept only if it explains the examples better than the
+  majority decision; otherwise the majority decides.
+
+Clause values are read exactly as :meth:`Clause.holds` reads them (attributes first,
+then dimensions), so a learned condition means at estimate time what it meant here.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..graph import LayerGraph
+from ..mapping import Clause, FusionRule
+from .table import StoreData, layer_groups
+
+#: Attributes and dimensions a learned condition may test, on either layer.
+CONDITION_ATTRS = ("n", "h", "w", "c", "f", "kh", "kw", "stride", "groups", "padding", "dilation")
+
+
+def fusion_examples(data: StoreData, benchmarks=None) -> pd.DataFrame:
+    """One row per fusable edge (see module doc): benchmark, primary and secondary layer
+    names and kinds, and ``fused``; ``benchmarks`` limits it to those ids."""
+    groups = layer_groups(data.layers)
+    rows = []
+    for benchmark, graph in data.graphs.items():
+        if benchmarks is not None and benchmark not in benchmarks:
+            continue
+        children = graph.children
+        for layer in graph.layers:
+            if layer.free:
+                continue
+            parents = [p for p in layer.parents if children[p] == [layer.name] and not graph[p].free]
+            if not parents:
+                continue
+            parent = max(parents, key=graph.index.__getitem__)
+            primary = groups.get((benchmark, parent))
+            own = groups.get((benchmark, layer.name))
+            if primary is None or own is None:
+                continue
+            rows.append((benchmark, primary, graph[primary].kind, layer.name, layer.kind, own == primary))
+    return pd.DataFrame(rows, columns=["benchmark", "primary", "primary_kind", "secondary", "secondary_kind", "fused"])
+
+
+def _scalar(layer, attr: str) -> float:
+    """The number :meth:`Clause.holds` compares for ``attr`` (a tuple of equal numbers
+    counts as that number); NaN when the layer lacks it or it is not one number."""
+    value: Any = layer.attrs[attr] if attr in layer.attrs else layer.counts.dims.get(attr)
+    if isinstance(value, (tuple, list)) and value and all(v == value[0] for v in value):
+        value = value[0]
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return math.nan
+    return float(value)
+
+
+def condition_features(examples: pd.DataFrame, graphs: dict[str, LayerGraph]) -> pd.DataFrame:
+    """Per example, the value of every ``<primary|secondary>.<attr>`` in :data:`CONDITION_ATTRS`."""
+    columns = {}
+    for role in ("primary", "secondary"):
+        layers = [graphs[b][name] for b, name in zip(examples["benchmark"], examples[role])]
+        for attr in CONDITION_ATTRS:
+            columns[f"{role}.{attr}"] = [_scalar(layer, attr) for layer in layers]
+    return pd.DataFrame(columns, index=examples.index)
+
+
+@dataclass(frozen=True)
+class PairDecision:
+    """What was learned for one (primary kind, secondary kind) pair."""
+
+    primary: str
+    secondary: str
+    examples: int
+    fused: int
+    rules: tuple[FusionRule, ...]
+    how: str            # "always", "never", "condition", "majority"
+    errors: int         # examples the decision gets wrong
+
+
+def _gini(labels: np.ndarray) -> float:
+    if len(labels) == 0:
+        return 0.0
+    p = labels.mean()
+    return 2 * p * (1 - p)
+
+
+def _best_split(x: pd.DataFrame, y: np.ndarray, min_leaf: int) -> tuple[str, float] | None:
+    """The ``column <= value`` split with the largest Gini gain, among columns defined
+    for every row; None if no split leaves ``min_leaf`` rows on each side and gains."""
+    best, best_gain = None, 1e-12
+    parent = _gini(y) * len(y)
+    for column in x.columns:
+        values = x[column].to_numpy()
+        if np.isnan(values).any():
+            continue
+        for v in np.unique(values)[:-1]:
+            left = values <= v
+            n_left = int(left.sum())
+            if n_left < min_leaf or len(y) - n_left < min_leaf:
+                continue
+            gain = parent - _gini(y[left]) * n_left - _gini(y[~left]) * (len(y) - n_left)
+            if gain > best_gain:
+                best, best_gain = (column, float(v)), gain
+    return best
+
+
+def _grow(x: pd.DataFrame, y: np.ndarray, path: tuple[Clause, ...], depth: int,
+          min_leaf: int) -> list[tuple[tuple[Clause, ...], np.ndarray]]:
+    """Leaves (condition path, labels) of a depth-limited tree of clause splits."""
+    split = _best_split(x, y, min_leaf) if depth > 0 and 0 < y.sum() < len(y) else None
+    if split is None:
+        return [(path, y)]
+    column, value = split
+    role, attr = column.split(".", 1)
+    value = int(value) if float(value).is_integer() else value
+    left = x[column].to_numpy() <= value
+    return (_grow(x[left], y[left], path + (Clause(role, attr, "<=", value),), depth - 1, min_leaf)
+            + _grow(x[~left], y[~left], path + (Clause(role, attr, ">", value),), depth - 1, min_leaf))
+
+
+def decide_pair(primary: str, secondary: str, x: pd.DataFrame, y: np.ndarray, tolerance: float = 0.05,
+                depth: int = 2, min_leaf: int = 2) -> PairDecision:
+    """Rules for one kind pair from its examples' condition features ``x`` and labels ``y``."""
+    n, fused = len(y), int(y.sum())
+    unconditional = (FusionRule(primary, secondary, primary),)
+    if fused >= (1 - tolerance) * n:
+        return PairDecision(primary, secondary, n, fused, unconditional, "always", n - fused)
+    if fused <= tolerance * n:
+        return PairDecision(primary, secondary, n, fused, (), "never", fused)
+    leaves = _grow(x, y, (), depth, min_leaf)
+    rules = tuple(FusionRule(primary, secondary, primary, path) for path, labels in leaves if labels.mean() > 0.5)
+    errors = sum(int((labels != (labels.mean() > 0.5)).sum()) for _, labels in leaves)
+    majority_errors = min(fused, n - fused)
+    if rules and errors < majority_errors:
+        return PairDecision(primary, secondary, n, fused, rules, "condition", errors)
+    if fused > n - fused:
+        return PairDecision(primary, secondary, n, fused, unconditional, "majority", n - fused)
+    return PairDecision(primary, secondary, n, fused, (), "majority", fused)
+
+
+def learn_rules(data: StoreData, benchmarks=None, tolerance: float = 0.05,
+                depth: int = 2) -> tuple[tuple[FusionRule, ...], list[PairDecision]]:
+    """Fusion rules learned from the store's edges (all benchmarks, or ``benchmarks``),
+    and the decision behind each kind pair, pairs in order of first appearance."""
+    examples = fusion_examples(data, benchmarks)
+    if examples.empty:
+        return (), []
+    features = condition_features(examples, data.graphs)
+    decisions = []
+    for (primary, secondary), index in examples.groupby(["primary_kind", "secondary_kind"], sort=False).groups.items():
+        decisions.append(decide_pair(primary, secondary, features.loc[index],
+                                     examples.loc[index, "fused"].to_numpy(dtype=int), tolerance, depth))
+    rules = tuple(rule for decision in decisions for rule in decision.rules)
+    return rules, decisions
+
+
+def rule_accuracy(data: StoreData, rules: tuple[FusionRule, ...], benchmarks=None) -> float:
+    """Share of fusable edges (of ``benchmarks``, or all) on which ``rules`` decide as the
+    target did: fuse when the target fused, keep apart when it did not."""
+    examples = fusion_examples(data, benchmarks)
+    if examples.empty:
+        return float("nan")
+    by_pair: dict[tuple[str, str], list[FusionRule]] = {}
+    for rule in rules:
+        by_pair.setdefault((rule.primary, rule.secondary), []).append(rule)
+    right = 0
+    for row in examples.itertuples():
+        graph = data.graphs[row.benchmark]
+        primary, secondary = graph[row.primary], graph[row.secondary]
+        fuses = any(rule.applies(primary, secondary) for rule in by_pair.get((row.primary_kind, row.secondary_kind), ()))
+        right += fuses == row.fused
+    return right / len(examples)
+
+
+def describe_rule(rule: FusionRule) -> str:
+    """``conv + relu -> conv [if secondary.kh <= 2]``."""
+    text = f"{rule.primary} + {rule.secondary} -> {rule.result}"
+    if rule.condition:
+        text += " if " + " and ".join(f"{c.layer}.{c.attr} {c.op} {c.value}" for c in rule.condition)
+    return text

@@ -1,0 +1,120 @@
+"""The training data of the model generator: benchmark graphs and the kernel table.
+
+A measurement store (:mod:`annette_torch.calibration.store`) records, per benchmark
+layer, whether the target executed it, fused it into another layer or optimized it out,
+and the executed layers' times. Here each ok benchmark's network is rebuilt from its spec
+and traced, so the estimator's own feature counting and mapping model see exactly the
+graphs that were measured; then :func:`kernel_table` maps each graph with a rule set and
+joins every kernel with its measured time.
+
+A kernel's measured time is the sum of its layers' ``time_ms`` (the executed primary
+layer carries the time of the layers fused into it). ``agrees`` says whether the rules
+grouped the layers as the target did: the kernel's layers are exactly the executed
+primary and the layers the target fused into it. Only agreeing, measured kernels are
+fitted on; a kernel whose layers the target optimized out has no time of its own.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ..calibration.generator import build_benchmark
+from ..calibration.sweep import BenchmarkSpec
+from ..graph import LayerGraph, trace
+from ..kinds import FEATURES
+from ..mapping import FusionRule, map_kernels
+
+
+@dataclass(frozen=True)
+class StoreData:
+    """One store, ready to fit: its fingerprint, ok benchmarks, layer rows and graphs."""
+
+    fingerprint: dict
+    networks: pd.DataFrame          # ok benchmarks only, indexed by benchmark id
+    layers: pd.DataFrame            # layer rows of those benchmarks (runtime kernels included)
+    graphs: dict[str, LayerGraph]   # benchmark id -> traced network
+
+
+def load_store(folder, progress: bool = False) -> StoreData:
+    """Read a store folder and trace every ok benchmark's network from its spec."""
+    from ..calibration import load_measurements
+
+    fingerprint, networks, layers = load_measurements(folder)
+    ok = networks[networks["status"] == "ok"].set_index("benchmark", drop=False)
+    graphs = {}
+    items = ok["spec"].items()
+    if progress:
+        from tqdm import tqdm
+        items = tqdm(items, total=len(ok), desc="tracing benchmarks", unit="net")
+    for benchmark, spec in items:
+        module, input_shape = build_benchmark(BenchmarkSpec.from_json(spec))
+        graphs[benchmark] = trace(module, input_shape=input_shape, name=benchmark)
+    layers = layers[layers["benchmark"].isin(graphs)].reset_index(drop=True)
+    return StoreData(fingerprint, ok, layers, graphs)
+
+
+def held_out(benchmarks, seed: int = 0, share: float = 0.2) -> np.ndarray:
+    """Bool per benchmark id: in the held-out set. The split hashes each id with the
+    seed, so a benchmark keeps its side as the store grows."""
+    def fraction(benchmark: str) -> float:
+        digest = hashlib.sha1(f"{seed}:{benchmark}".encode()).digest()
+        return int.from_bytes(digest[:8], "big") / 2 ** 64
+    return np.array([fraction(b) < share for b in benchmarks], dtype=bool)
+
+
+def layer_groups(layers: pd.DataFrame) -> dict[tuple[str, str], str]:
+    """(benchmark, layer) -> the executed layer whose kernel ran it: itself when
+    executed, ``fused_into`` when fused; optimized-out layers are left out."""
+    named = layers[layers["layer"] != ""]
+    groups = {}
+    for benchmark, layer, status, into in zip(named["benchmark"], named["layer"], named["status"], named["fused_into"]):
+        if status == "executed":
+            groups[(benchmark, layer)] = layer
+        elif status == "fused" and into:
+            groups[(benchmark, layer)] = into
+    return groups
+
+
+def kernel_table(data: StoreData, rules: tuple[FusionRule, ...]) -> pd.DataFrame:
+    """One row per non-free kernel of every benchmark under ``rules``: benchmark, family,
+    kernel (primary layer), kind, layers (``+``-joined), time_ms, spread (the primary's),
+    measured (the primary was executed), agrees (see module doc), then :data:`FEATURES`."""
+    named = data.layers[data.layers["layer"] != ""]
+    key = list(zip(named["benchmark"], named["layer"]))
+    time_of = dict(zip(key, named["time_ms"].fillna(0.0)))
+    spread_of = dict(zip(key, named["spread"]))
+    status_of = dict(zip(key, named["status"]))
+    groups = layer_groups(data.layers)
+    group_size: dict[tuple[str, str], int] = {}
+    for (benchmark, _), primary in groups.items():
+        group_size[(benchmark, primary)] = group_size.get((benchmark, primary), 0) + 1
+
+    rows, features = [], []
+    for benchmark, graph in data.graphs.items():
+        table = map_kernels(graph, rules)
+        family = data.networks.at[benchmark, "family"]
+        for k in np.flatnonzero(~table.free):
+            members = table.layers[k]
+            primary = members[0]
+            agrees = (all(groups.get((benchmark, m)) == primary for m in members)
+                      and group_size.get((benchmark, primary)) == len(members))
+            rows.append((benchmark, family, primary, table.kinds[k], "+".join(members),
+                         sum(time_of.get((benchmark, m), 0.0) for m in members),
+                         spread_of.get((benchmark, primary), np.nan),
+                         status_of.get((benchmark, primary)) == "executed", agrees))
+            features.append(table.features[k])
+    frame = pd.DataFrame(rows, columns=["benchmark", "family", "kernel", "kind", "layers", "time_ms", "spread",
+                                        "measured", "agrees"])
+    return pd.concat([frame, pd.DataFrame(np.array(features).reshape(len(rows), len(FEATURES)), columns=list(FEATURES))],
+                     axis=1)
+
+
+def runtime_kernels_ms(data: StoreData) -> pd.Series:
+    """Per benchmark, the summed time of kernels the runtime inserted (rows without a
+    layer, such as layout reorders at the network's input and output)."""
+    extra = data.layers[data.layers["layer"] == ""].groupby("benchmark")["time_ms"].sum()
+    return extra.reindex(data.networks.index, fill_value=0.0)
+

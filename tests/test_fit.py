@@ -1,0 +1,154 @@
+"""The model generator (annette_torch.fit): unrolling search, mapping learner, fitted
+profiles that save, load and fail cleanly, and a fit on committed calibration data."""
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from annette_torch import trace
+from annette_torch.calibration.generator import build_benchmark
+from annette_torch.calibration.sweep import BenchmarkSpec
+from annette_torch.cli import main
+from annette_torch.estimator import Estimator
+from annette_torch.fit import MODEL_TYPES, fit_profile, format_report, learn_rules
+from annette_torch.fit.table import StoreData
+from annette_torch.fit.unroll import fit_refined_roofline
+from annette_torch.kinds import FEATURES
+from annette_torch.layer_models import RefinedRoofline
+from annette_torch.mapping import Clause, FusionRule
+from annette_torch.profiles import ProfileError, load_profile
+
+DATA = Path(__file__).resolve().parents[1] / "calibration" / "data"
+TORCH_STORE = next(iter(sorted(DATA.glob("torch-cpu-1t-*"))), None)
+
+
+def conv_row(c: int, f: int, h: int = 28, k: int = 3) -> list[float]:
+    """A conv kernel's feature row (stride 1, 'same' padding)."""
+    dims = {"n": 1, "h": h, "w": h, "c": c, "f": f, "kh": k, "kw": k, "stride": 1, "groups": 1}
+    return [2.0 * h * h * c * f * k * k, c * h * h, f * h * h, c * f * k * k] + [dims[d] for d in FEATURES[4:]]
+
+
+def test_refined_roofline_fit_recovers_known_unrolling_from_step_wise_sweeps():
+    rng = np.random.default_rng(0)
+    rows = [conv_row(c, 64) for c in range(4, 161, 4)] + [conv_row(64, f) for f in range(4, 161, 4)]
+    rows += [conv_row(int(c), int(f), int(h)) for c, f, h in rng.integers((8, 8, 7), (256, 256, 56), (60, 3))]
+    features = np.array(rows, dtype=float)
+    truth = RefinedRoofline(1e11, 2e10, unroll={"c": {"par": 16, "alpha": 0.9}, "f": {"par": 8, "alpha": 1.0}})
+    seconds = truth.predict(features)[0] * np.exp(rng.normal(0, 0.02, len(features)))
+
+    model, records = fit_refined_roofline(features, seconds, np.ones(len(seconds)))
+
+    assert model.unroll["c"]["par"] == 16 and model.unroll["f"]["par"] == 8
+    assert model.unroll["c"]["alpha"] == pytest.approx(0.9, abs=0.1)
+    assert model.unroll["f"]["alpha"] == pytest.approx(1.0, abs=0.1)
+    assert "h" not in model.unroll and "w" not in model.unroll      # no sweep over them: not searched
+    assert {r.dim for r in records if r.kept} == {"c", "f"}
+    assert model.peak_ops_s == pytest.approx(1e11, rel=0.05)
+
+
+def synthetic_store(windows_fused=(2,)) -> StoreData:
+    """conv_chain benchmarks (conv -> relu -> maxpool) whose target always fuses the relu
+    and fuses the pool only for the window sizes in ``windows_fused``."""
+    rng = np.random.default_rng(1)
+    networks, layers, graphs = [], [], {}
+    for i in range(40):
+        c, f = (int(v) for v in rng.integers(8, 64, 2))
+        spec = BenchmarkSpec("conv_chain", {"c": c, "f": f, "h": int(rng.integers(16, 56)), "k": 3,
+                                            "op": "relu-maxpool", "pool": int(rng.choice([2, 3, 4]))})
+        module, shape = build_benchmark(spec)
+        benchmark = f"b{i}"
+        graphs[benchmark] = trace(module, input_shape=shape, name=benchmark)
+        networks.append({"benchmark": benchmark, "family": "conv_chain", "spec": spec.to_json(), "status": "ok",
+                         "time_ms": 1.0, "layers_sum_ms": 1.0})
+        pool_fused = spec.params["pool"] in windows_fused
+        for name, status, into in (("conv", "executed", ""), ("act", "fused", "conv"),
+                                   ("pool", "fused" if pool_fused else "executed", "conv" if pool_fused else "")):
+            layers.append({"benchmark": benchmark, "layer": name, "kind": graphs[benchmark][name].kind,
+                           "status": status, "fused_into": into, "time_ms": 0.1 if status == "executed" else 0.0,
+                           "spread": 0.01})
+    frame = pd.DataFrame(networks).set_index("benchmark", drop=False)
+    return StoreData({"backend": "synthetic"}, frame, pd.DataFrame(layers), graphs)
+
+
+def test_mapping_learner_finds_a_rule_and_the_condition_under_which_it_holds():
+    rules, decisions = learn_rules(synthetic_store(windows_fused=(2,)))
+    assert FusionRule("conv", "relu", "conv") in rules
+    pool_rules = [r for r in rules if r.secondary == "max_pool"]
+    assert pool_rules == [FusionRule("conv", "max_pool", "conv", (Clause("secondary", "kh", "<=", 2),))]
+    pool = next(d for d in decisions if d.secondary == "max_pool")
+    assert pool.how == "condition" and pool.errors == 0
+
+
+def test_mapping_learner_keeps_consistent_pairs_unconditional():
+    rules, _ = learn_rules(synthetic_store(windows_fused=(2, 3, 4)))
+    assert set(rules) == {FusionRule("conv", "relu", "conv"), FusionRule("conv", "max_pool", "conv")}
+    rules, _ = learn_rules(synthetic_store(windows_fused=()))
+    assert set(rules) == {FusionRule("conv", "relu", "conv")}
+
+
+@pytest.fixture(scope="module")
+def fitted(tmp_path_factory):
+    """The committed torch-cpu quick store, fitted through the command line."""
+    if TORCH_STORE is None:
+        pytest.skip("no committed torch-cpu store under calibration/data")
+    out = tmp_path_factory.mktemp("profiles")
+    assert main(["fit", "--data", str(TORCH_STORE), "--out", str(out)]) == 0
+    return load_profile(out / "torch-cpu.json"), out / "torch-cpu.json"
+
+
+def test_fit_on_committed_quick_data_reports_finite_held_out_errors(fitted, capsys):
+    profile, _ = fitted
+    held = profile.fit_metrics["held_out"]
+    for type_name in MODEL_TYPES:
+        assert type_name in profile.layer_models
+        assert math.isfinite(held["all_kernels_mape"][type_name])
+        assert math.isfinite(held["networks_mape"][type_name])
+    assert math.isfinite(held["mapping_accuracy"])
+    assert profile.fit_metrics["store_fingerprint"]["backend"] == "torch-cpu"
+    assert profile.fingerprint["backend"] == "torch-cpu" and profile.fingerprint["device"]
+    assert profile.model_preference[0] == "mixed"
+    assert profile.mapping == ()      # eager torch fuses nothing
+    report = format_report(profile.fit_metrics)
+    assert "held-out kernel MAPE" in report and "conv" in report
+
+
+def test_saved_profile_estimates_exactly_as_the_fitted_one(fitted):
+    saved, path = fitted
+    again = fit_profile(TORCH_STORE)          # the fit is deterministic: same numbers as the CLI's
+    assert again.to_dict() == json.loads(path.read_text())
+    graphs = [trace(build_benchmark(BenchmarkSpec(family, params))[0].eval(), input_shape=shape)
+              for family, params, shape in (
+                  ("residual", {"c": 32, "h": 28, "k": 3}, (1, 32, 28, 28)),
+                  ("dw_separable", {"c": 24, "f": 48, "h": 56, "k": 3}, (1, 24, 56, 56)),
+                  ("mlp", {"c": 64, "f": 256, "h": 16}, (1, 16, 64)))]
+    for type_name in MODEL_TYPES:
+        for graph in graphs:
+            assert Estimator(again, model_type=type_name)(graph) == Estimator(saved, model_type=type_name)(graph)
+
+
+def test_truncated_or_tampered_profile_fails_with_a_clear_error(fitted, tmp_path):
+    _, path = fitted
+    text = path.read_text()
+    truncated = tmp_path / "truncated.json"
+    truncated.write_text(text[: len(text) // 2])
+    with pytest.raises(ProfileError, match="not readable as JSON"):
+        load_profile(truncated)
+
+    data = json.loads(text)
+    kind, entry = next((k, e) for k, e in data["layer_models"]["mixed"].items() if e["regressor"]["type"] == "trees")
+    cases = [
+        (lambda r: r["trees"][0]["left"].__setitem__(0, 10 ** 6), "child index"),
+        (lambda r: r["trees"][0]["value"].pop(), "same, non-zero length"),
+        (lambda r: r.__setitem__("inputs", r["inputs"][:-1]), "inputs"),
+        (lambda r: r.__setitem__("depth", r["depth"] + 1), "depth"),
+    ]
+    for tamper, message in cases:
+        broken = json.loads(text)
+        tamper(broken["layer_models"]["mixed"][kind]["regressor"])
+        target = tmp_path / "tampered.json"
+        target.write_text(json.dumps(broken))
+        with pytest.raises(ProfileError, match=rf"layer_models\.mixed\.{kind}.*{message}"):
+            load_profile(target)
