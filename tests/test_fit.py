@@ -9,7 +9,9 @@ import pandas as pd
 import pytest
 
 from annette_torch import trace
+from annette_torch.calibration import load_measurements
 from annette_torch.calibration.generator import build_benchmark
+from annette_torch.calibration.store import LAYER_COLUMNS, NETWORK_COLUMNS
 from annette_torch.calibration.sweep import BenchmarkSpec
 from annette_torch.cli import main
 from annette_torch.estimator import Estimator
@@ -89,23 +91,39 @@ def test_mapping_learner_keeps_consistent_pairs_unconditional():
     assert set(rules) == {FusionRule("conv", "relu", "conv")}
 
 
+def quick_snapshot(source: Path, root: Path, count: int = 254) -> Path:
+    """A copy of the first ``count`` benchmarks of a store (its quick sweep; a campaign
+    may be appending more to the committed folder meanwhile)."""
+    fingerprint, networks, layers = load_measurements(source)
+    networks = networks.head(count)
+    folder = root / source.name
+    folder.mkdir()
+    (folder / "fingerprint.json").write_text(json.dumps(fingerprint))
+    networks.to_csv(folder / "networks.csv", index=False, columns=list(NETWORK_COLUMNS))
+    layers[layers["benchmark"].isin(networks["benchmark"])].to_csv(folder / "layers.csv", index=False,
+                                                                   columns=list(LAYER_COLUMNS))
+    return folder
+
+
 @pytest.fixture(scope="module")
 def fitted(tmp_path_factory):
-    """The committed torch-cpu quick store, fitted through the command line."""
+    """The committed torch-cpu quick sweep, fitted through the command line: (profile,
+    its file, the store snapshot)."""
     if TORCH_STORE is None:
         pytest.skip("no committed torch-cpu store under calibration/data")
+    store = quick_snapshot(TORCH_STORE, tmp_path_factory.mktemp("store"))
     out = tmp_path_factory.mktemp("profiles")
-    assert main(["fit", "--data", str(TORCH_STORE), "--out", str(out)]) == 0
-    return load_profile(out / "torch-cpu.json"), out / "torch-cpu.json"
+    assert main(["fit", "--data", str(store), "--out", str(out)]) == 0
+    return load_profile(out / "torch-cpu.json"), out / "torch-cpu.json", store
 
 
-def test_fit_on_committed_quick_data_reports_finite_held_out_errors(fitted, capsys):
-    profile, _ = fitted
+def test_fit_on_committed_quick_data_reports_finite_held_out_errors(fitted):
+    profile, _, _ = fitted
     held = profile.fit_metrics["held_out"]
     for type_name in MODEL_TYPES:
         assert type_name in profile.layer_models
         assert math.isfinite(held["all_kernels_mape"][type_name])
-        assert math.isfinite(held["networks_mape"][type_name])
+        assert math.isfinite(held["networks"]["mape"][type_name])
     assert math.isfinite(held["mapping_accuracy"])
     assert profile.fit_metrics["store_fingerprint"]["backend"] == "torch-cpu"
     assert profile.fingerprint["backend"] == "torch-cpu" and profile.fingerprint["device"]
@@ -116,8 +134,8 @@ def test_fit_on_committed_quick_data_reports_finite_held_out_errors(fitted, caps
 
 
 def test_saved_profile_estimates_exactly_as_the_fitted_one(fitted):
-    saved, path = fitted
-    again = fit_profile(TORCH_STORE)          # the fit is deterministic: same numbers as the CLI's
+    saved, path, store = fitted
+    again = fit_profile(store)          # the fit is deterministic: same numbers as the CLI's
     assert again.to_dict() == json.loads(path.read_text())
     graphs = [trace(build_benchmark(BenchmarkSpec(family, params))[0].eval(), input_shape=shape)
               for family, params, shape in (
@@ -130,7 +148,7 @@ def test_saved_profile_estimates_exactly_as_the_fitted_one(fitted):
 
 
 def test_truncated_or_tampered_profile_fails_with_a_clear_error(fitted, tmp_path):
-    _, path = fitted
+    _, path, _ = fitted
     text = path.read_text()
     truncated = tmp_path / "truncated.json"
     truncated.write_text(text[: len(text) // 2])

@@ -63,7 +63,7 @@ def _export_trees(trees: list, factor: float, base: float) -> TreeEnsemble:
         feature[i, :n] = np.where(leaf, -1, t.feature[:n])
         threshold[i, :n] = np.where(leaf, 0.0, t.threshold[:n])
         left[i, :n], right[i, :n] = t.children_left[:n], t.children_right[:n]
-        value[i, :n] = t.value[:n, 0, 0] * factor
+        value[i, :n] = np.where(leaf, t.value[:n, 0, 0] * factor, 0.0)
     depth = max(t.max_depth for t in trees)
     return TreeEnsemble(base, feature, threshold, left, right, value, depth)
 

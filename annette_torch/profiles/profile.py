@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -41,6 +42,8 @@ from ..mapping import FusionRule
 FORMAT = "annette_torch.profile"
 VERSION = 1
 FINGERPRINT_FIELDS = ("backend", "device", "runtime_version", "threads", "precision")
+# an indented JSON list of plain numbers (strings hold no raw newline, so none matches inside one)
+_NUMBER_LIST = re.compile(r"\[\n\s*([-+0-9.eE,\s]+?)\n\s*\]")
 
 
 class ProfileError(ValueError):
@@ -89,9 +92,12 @@ class Profile:
         }
 
     def save(self, path: str | os.PathLike) -> Path:
-        """Write the profile as JSON, atomically."""
+        """Write the profile as JSON (indented; lists of numbers, such as a regressor's
+        trees, on one line each), atomically."""
+        text = _NUMBER_LIST.sub(lambda m: "[" + ", ".join(v.strip() for v in m.group(1).split(",")) + "]",
+                                json.dumps(self.to_dict(), indent=2))
         with atomic_path(path) as tmp:
-            tmp.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+            tmp.write_text(text + "\n")
         return Path(path)
 
     @classmethod
