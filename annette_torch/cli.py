@@ -7,7 +7,7 @@
                   [--precision P] [--minutes M] [--timeout S] [--warmup W] [--repeats R]
                   [--config FILE] [--dry-run] [--retry-failed]
     annette-torch stores DIR [--compact] [--by-family]
-    annette-torch fit --data STORE_DIR --out PROFILE_DIR [--name NAME] [--seed S] [--test-share F]
+    annette-torch fit --data STORE_DIR --out PROFILE_DIR [--name NAME] [--seed S] [--test-share F] [--first N]
 """
 from __future__ import annotations
 
@@ -159,7 +159,8 @@ def cmd_fit(args: argparse.Namespace) -> int:
         raise ValueError(f"--name names one profile, but {args.data} holds {len(folders)} stores; pass one store folder")
     for folder in folders:
         print(f"fitting {folder}")
-        profile = fit_profile(folder, name=args.name, seed=args.seed, test_share=args.test_share, progress=True)
+        profile = fit_profile(folder, name=args.name, seed=args.seed, test_share=args.test_share,
+                              first=args.first, progress=True)
         print(format_report(profile.fit_metrics))
         path = profile.save(Path(args.out) / f"{profile.name}.json")
         print(f"wrote {path}\n")
@@ -221,6 +222,8 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--seed", type=int, default=0, help="seed of the held-out split and the learners (default 0)")
     fit.add_argument("--test-share", type=float, default=0.2,
                      help="share of benchmarks held out to score the models (default 0.2)")
+    fit.add_argument("--first", type=_positive_int,
+                     help="fit on the store's first N benchmarks only (the store as it was; stores are append-only)")
     fit.set_defaults(func=cmd_fit)
     return parser
 

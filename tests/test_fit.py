@@ -9,9 +9,7 @@ import pandas as pd
 import pytest
 
 from annette_torch import trace
-from annette_torch.calibration import load_measurements
 from annette_torch.calibration.generator import build_benchmark
-from annette_torch.calibration.store import LAYER_COLUMNS, NETWORK_COLUMNS
 from annette_torch.calibration.sweep import BenchmarkSpec
 from annette_torch.cli import main
 from annette_torch.estimator import Estimator
@@ -25,6 +23,7 @@ from annette_torch.profiles import ProfileError, load_profile
 
 DATA = Path(__file__).resolve().parents[1] / "calibration" / "data"
 TORCH_STORE = next(iter(sorted(DATA.glob("torch-cpu-1t-*"))), None)
+QUICK = 254   # benchmarks of the quick sweep, the first ones in the store
 
 
 def conv_row(c: int, f: int, h: int = 28, k: int = 3) -> list[float]:
@@ -91,34 +90,19 @@ def test_mapping_learner_keeps_consistent_pairs_unconditional():
     assert set(rules) == {FusionRule("conv", "relu", "conv")}
 
 
-def quick_snapshot(source: Path, root: Path, count: int = 254) -> Path:
-    """A copy of the first ``count`` benchmarks of a store (its quick sweep; a campaign
-    may be appending more to the committed folder meanwhile)."""
-    fingerprint, networks, layers = load_measurements(source)
-    networks = networks.head(count)
-    folder = root / source.name
-    folder.mkdir()
-    (folder / "fingerprint.json").write_text(json.dumps(fingerprint))
-    networks.to_csv(folder / "networks.csv", index=False, columns=list(NETWORK_COLUMNS))
-    layers[layers["benchmark"].isin(networks["benchmark"])].to_csv(folder / "layers.csv", index=False,
-                                                                   columns=list(LAYER_COLUMNS))
-    return folder
-
-
 @pytest.fixture(scope="module")
 def fitted(tmp_path_factory):
-    """The committed torch-cpu quick sweep, fitted through the command line: (profile,
-    its file, the store snapshot)."""
+    """The committed torch-cpu quick sweep (the store's first 254 benchmarks; campaigns
+    may append more meanwhile), fitted through the command line: (profile, its file)."""
     if TORCH_STORE is None:
         pytest.skip("no committed torch-cpu store under calibration/data")
-    store = quick_snapshot(TORCH_STORE, tmp_path_factory.mktemp("store"))
     out = tmp_path_factory.mktemp("profiles")
-    assert main(["fit", "--data", str(store), "--out", str(out)]) == 0
-    return load_profile(out / "torch-cpu.json"), out / "torch-cpu.json", store
+    assert main(["fit", "--data", str(TORCH_STORE), "--out", str(out), "--first", str(QUICK)]) == 0
+    return load_profile(out / "torch-cpu.json"), out / "torch-cpu.json"
 
 
 def test_fit_on_committed_quick_data_reports_finite_held_out_errors(fitted):
-    profile, _, _ = fitted
+    profile, _ = fitted
     held = profile.fit_metrics["held_out"]
     for type_name in MODEL_TYPES:
         assert type_name in profile.layer_models
@@ -126,6 +110,7 @@ def test_fit_on_committed_quick_data_reports_finite_held_out_errors(fitted):
         assert math.isfinite(held["networks"]["mape"][type_name])
     assert math.isfinite(held["mapping_accuracy"])
     assert profile.fit_metrics["store_fingerprint"]["backend"] == "torch-cpu"
+    assert profile.fit_metrics["split"]["train_benchmarks"] + profile.fit_metrics["split"]["test_benchmarks"] <= QUICK
     assert profile.fingerprint["backend"] == "torch-cpu" and profile.fingerprint["device"]
     assert profile.model_preference[0] == "mixed"
     assert profile.mapping == ()      # eager torch fuses nothing
@@ -134,8 +119,8 @@ def test_fit_on_committed_quick_data_reports_finite_held_out_errors(fitted):
 
 
 def test_saved_profile_estimates_exactly_as_the_fitted_one(fitted):
-    saved, path, store = fitted
-    again = fit_profile(store)          # the fit is deterministic: same numbers as the CLI's
+    saved, path = fitted
+    again = fit_profile(TORCH_STORE, first=QUICK)          # the fit is deterministic: same numbers as the CLI's
     assert again.to_dict() == json.loads(path.read_text())
     graphs = [trace(build_benchmark(BenchmarkSpec(family, params))[0].eval(), input_shape=shape)
               for family, params, shape in (
@@ -148,7 +133,7 @@ def test_saved_profile_estimates_exactly_as_the_fitted_one(fitted):
 
 
 def test_truncated_or_tampered_profile_fails_with_a_clear_error(fitted, tmp_path):
-    _, path, _ = fitted
+    _, path = fitted
     text = path.read_text()
     truncated = tmp_path / "truncated.json"
     truncated.write_text(text[: len(text) // 2])

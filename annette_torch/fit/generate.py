@@ -185,13 +185,15 @@ NOTES = [
 def fit_profile(store_folder: str | os.PathLike, name: str | None = None, seed: int = 0,
                 test_share: float = 0.2, min_time_ms: float = 0.005, max_spread: float = 1.0,
                 min_rows: int = 3, min_learned_rows: int = 20, refit_all: bool = True,
-                progress: bool = False) -> Profile:
+                first: int | None = None, progress: bool = False) -> Profile:
     """Fit a profile to a measurement store (see the module doc for every step).
 
     ``name`` defaults to the backend (``-<n>t`` added for more than one thread); the
     profile's fingerprint is the store's, with ``device`` set to its CPU model.
+    ``first`` fits on the store's first benchmarks only (stores are append-only, so
+    this reproduces a fit of the store as it was, or subsamples it).
     """
-    data = load_store(store_folder, progress=progress)
+    data = load_store(store_folder, first=first, progress=progress)
     if data.networks.empty:
         raise ValueError(f"{store_folder}: no successfully measured benchmarks to fit")
     fp = data.fingerprint
@@ -205,7 +207,7 @@ def fit_profile(store_folder: str | os.PathLike, name: str | None = None, seed: 
 
     held = _fit_pass(data, train_ids, **options)
     metrics: dict[str, Any] = {
-        "store": Path(store_folder).name, "store_fingerprint": dict(fp),
+        "store": Path(store_folder).name, "store_fingerprint": dict(fp), "first_benchmarks": first,
         "split": {"seed": seed, "test_share": test_share, "train_benchmarks": len(train_ids),
                   "test_benchmarks": len(test_ids)},
         "kernel_filter": {"min_time_ms": min_time_ms, "max_spread": max_spread, "usable_kernels": len(held.kernels)},

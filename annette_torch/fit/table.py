@@ -38,11 +38,13 @@ class StoreData:
     graphs: dict[str, LayerGraph]   # benchmark id -> traced network
 
 
-def load_store(folder, progress: bool = False) -> StoreData:
-    """Read a store folder and trace every ok benchmark's network from its spec."""
+def load_store(folder, first: int | None = None, progress: bool = False) -> StoreData:
+    """Read a store folder (its ``first`` committed benchmarks, or all) and trace every
+    ok benchmark's network from its spec."""
     from ..calibration import load_measurements
 
     fingerprint, networks, layers = load_measurements(folder)
+    networks = networks if first is None else networks.head(first)
     ok = networks[networks["status"] == "ok"].set_index("benchmark", drop=False)
     graphs = {}
     items = ok["spec"].items()
