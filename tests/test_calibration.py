@@ -404,3 +404,11 @@ def test_backends_default_to_their_own_precision_and_timeout():
     from annette_torch.backends import get_backend
     assert get_backend("openvino-cpu").precision == "f32"
     assert get_backend("torch-cpu").benchmark_timeout_s == 120
+
+
+def test_a_compacted_store_reads_numbers_as_numbers(tmp_path):
+    with MeasurementStore.open(tmp_path, FINGERPRINT) as store:
+        store.append({**network_row("a"), "spread": 0.1}, [{"layer": "conv", "time_ms": 1.0, "ops": 8.0}])
+        store.compact()
+        networks, layers = store.networks(), store.layers()
+    assert networks["time_ms"].dtype == float and layers["ops"].dtype.kind in "if"

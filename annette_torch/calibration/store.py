@@ -220,7 +220,7 @@ def _combined(live_path: Path) -> pd.DataFrame:
         archive = _read(archive_path)
         if live_path.name != "networks.csv":
             live = live[~live["benchmark"].isin(set(archive["benchmark"]))]
-        live = pd.concat([archive, live], ignore_index=True)
+        live = pd.concat([archive, live], ignore_index=True) if len(live) else archive   # keep the archive's dtypes
     if live_path.name == "networks.csv":
         live = live.drop_duplicates("benchmark", keep="last").reset_index(drop=True)
     return live
