@@ -50,6 +50,17 @@ def test_refined_roofline_fit_recovers_known_unrolling_from_step_wise_sweeps():
     assert model.peak_ops_s == pytest.approx(1e11, rel=0.05)
 
 
+def test_unrolling_of_an_elementwise_kind_is_searched_once_for_its_channels():
+    rows = []
+    for c in range(8, 257, 8):       # f = c, as for every elementwise layer
+        dims = {"n": 1, "h": 28, "w": 28, "c": c, "f": c, "kh": 1, "kw": 1, "stride": 1, "groups": 1}
+        rows.append([784.0 * c, 784.0 * c, 784.0 * c, 0.0] + [dims[d] for d in FEATURES[4:]])
+    features = np.array(rows)
+    truth = RefinedRoofline(1e9, 1e12, unroll={"c": {"par": 32, "alpha": 1.0}})
+    model, records = fit_refined_roofline(features, truth.predict(features)[0], np.ones(len(rows)))
+    assert [r.dim for r in records] == ["c"] and model.unroll == {"c": {"par": 32.0, "alpha": 1.0}}
+
+
 def synthetic_store(windows_fused=(2,)) -> StoreData:
     """conv_chain benchmarks (conv -> relu -> maxpool) whose target always fuses the relu
     and fuses the pool only for the window sizes in ``windows_fused``."""
@@ -93,12 +104,11 @@ def test_mapping_learner_keeps_consistent_pairs_unconditional():
 @pytest.fixture(scope="module")
 def fitted(tmp_path_factory):
     """The committed torch-cpu quick sweep (the store's first 254 benchmarks; campaigns
-    may append more meanwhile), fitted through the command line: (profile, its file)."""
+    may append more meanwhile), fitted: (profile in memory, the file it was saved to)."""
     if TORCH_STORE is None:
         pytest.skip("no committed torch-cpu store under calibration/data")
-    out = tmp_path_factory.mktemp("profiles")
-    assert main(["fit", "--data", str(TORCH_STORE), "--out", str(out), "--first", str(QUICK)]) == 0
-    return load_profile(out / "torch-cpu.json"), out / "torch-cpu.json"
+    profile = fit_profile(TORCH_STORE, first=QUICK)
+    return profile, profile.save(tmp_path_factory.mktemp("profiles") / "torch-cpu.json")
 
 
 def test_fit_on_committed_quick_data_reports_finite_held_out_errors(fitted):
@@ -119,9 +129,9 @@ def test_fit_on_committed_quick_data_reports_finite_held_out_errors(fitted):
 
 
 def test_saved_profile_estimates_exactly_as_the_fitted_one(fitted):
-    saved, path = fitted
-    again = fit_profile(TORCH_STORE, first=QUICK)          # the fit is deterministic: same numbers as the CLI's
-    assert again.to_dict() == json.loads(path.read_text())
+    fitted_profile, path = fitted
+    loaded = load_profile(path)
+    assert loaded.to_dict() == fitted_profile.to_dict()
     graphs = [trace(build_benchmark(BenchmarkSpec(family, params))[0].eval(), input_shape=shape)
               for family, params, shape in (
                   ("residual", {"c": 32, "h": 28, "k": 3}, (1, 32, 28, 28)),
@@ -129,7 +139,16 @@ def test_saved_profile_estimates_exactly_as_the_fitted_one(fitted):
                   ("mlp", {"c": 64, "f": 256, "h": 16}, (1, 16, 64)))]
     for type_name in MODEL_TYPES:
         for graph in graphs:
-            assert Estimator(again, model_type=type_name)(graph) == Estimator(saved, model_type=type_name)(graph)
+            assert Estimator(loaded, model_type=type_name)(graph) == Estimator(fitted_profile, model_type=type_name)(graph)
+
+
+def test_fit_command_writes_the_profile_and_prints_its_report(tmp_path, capsys):
+    if TORCH_STORE is None:
+        pytest.skip("no committed torch-cpu store under calibration/data")
+    assert main(["fit", "--data", str(TORCH_STORE), "--out", str(tmp_path), "--first", "60", "--name", "mine"]) == 0
+    profile = load_profile(tmp_path / "mine.json")
+    assert profile.name == "mine" and profile.fit_metrics["first_benchmarks"] == 60
+    assert "held-out kernel MAPE" in capsys.readouterr().out
 
 
 def test_truncated_or_tampered_profile_fails_with_a_clear_error(fitted, tmp_path):

@@ -9,7 +9,8 @@ the data itself: kernels of one kind that agree on every dimension except d (and
 columns that always equal d in this kind, such as f = c of an elementwise layer).
 
 :func:`find_unroll` then tries every ``par`` in :data:`PAR_CANDIDATES` and ``alpha`` in
-:data:`ALPHAS`, dimension by dimension (h, w, c, f), and keeps the pair that minimises
+:data:`ALPHAS`, dimension by dimension (h, w, c, f; a dimension that always equals an
+earlier one is not searched again), and keeps the pair that minimises
 the weighted squared log error with a free scale per sweep (only the shape of the
 staircase matters, not the level, which the roofline's peak sets afterwards). A
 dimension gets unrolling only when that lowers the error by :data:`MIN_GAIN`.
@@ -70,7 +71,9 @@ def find_unroll(features: np.ndarray, seconds: np.ndarray, weights: np.ndarray, 
     from ``roofline`` (its peak and bandwidth decide which kernels are compute bound)."""
     unroll: dict[str, dict[str, float]] = dict(roofline.unroll)
     records = []
-    for dim in UNROLL_DIMS:
+    for i, dim in enumerate(UNROLL_DIMS):
+        if any(np.array_equal(features[:, COLUMN[dim]], features[:, COLUMN[d]]) for d in UNROLL_DIMS[:i]):
+            continue   # the same column as a dimension already searched (f = c of an elementwise kind)
         groups = sweep_groups(features, dim, min_points)
         if not groups:
             continue
