@@ -19,6 +19,10 @@ Per (P kind, B kind) pair:
   the condition. The tree is kept only if it explains the examples better than the
   majority decision; otherwise the majority decides.
 
+A kernel keeps its primary layer's dimensions, so a product layer (conv, linear,
+matmul) is never fused into a kernel of another kind: such a pair gets no rule (decision
+``product``; on ONNX Runtime the matcher names a fused conv after the activation before it).
+
 Clause values are read exactly as :meth:`Clause.holds` reads them (attributes first,
 then dimensions), so a learned condition means at estimate time what it meant here.
 """
@@ -32,6 +36,7 @@ import numpy as np
 import pandas as pd
 
 from ..graph import LayerGraph
+from ..kinds import PRODUCT_KINDS
 from ..mapping import Clause, FusionRule
 from .table import StoreData, layer_groups
 
@@ -93,7 +98,7 @@ class PairDecision:
     examples: int
     fused: int
     rules: tuple[FusionRule, ...]
-    how: str            # "always", "never", "condition", "majority"
+    how: str            # "always", "never", "condition", "majority", "product"
     errors: int         # examples the decision gets wrong
 
 
@@ -142,6 +147,8 @@ def decide_pair(primary: str, secondary: str, x: pd.DataFrame, y: np.ndarray, to
                 depth: int = 2, min_leaf: int = 2) -> PairDecision:
     """Rules for one kind pair from its examples' condition features ``x`` and labels ``y``."""
     n, fused = len(y), int(y.sum())
+    if secondary in PRODUCT_KINDS and primary not in PRODUCT_KINDS:
+        return PairDecision(primary, secondary, n, fused, (), "product", fused)
     unconditional = (FusionRule(primary, secondary, primary),)
     if fused >= (1 - tolerance) * n:
         return PairDecision(primary, secondary, n, fused, unconditional, "always", n - fused)
