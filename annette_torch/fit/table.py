@@ -44,8 +44,7 @@ def load_store(folder, first: int | None = None, progress: bool = False) -> Stor
     from ..calibration import load_measurements
 
     fingerprint, networks, layers = load_measurements(folder)
-    networks = _numeric(networks if first is None else networks.head(first), NUMERIC_NETWORK_COLUMNS)
-    layers = _numeric(layers, NUMERIC_LAYER_COLUMNS)
+    networks = networks if first is None else networks.head(first)
     ok = networks[networks["status"] == "ok"].set_index("benchmark", drop=False)
     graphs = {}
     items = ok["spec"].items()
@@ -57,16 +56,6 @@ def load_store(folder, first: int | None = None, progress: bool = False) -> Stor
         graphs[benchmark] = trace(module, input_shape=input_shape, name=benchmark)
     layers = layers[layers["benchmark"].isin(graphs)].reset_index(drop=True)
     return StoreData(fingerprint, ok, layers, graphs)
-
-
-NUMERIC_NETWORK_COLUMNS = ("time_ms", "spread", "layers_sum_ms")
-NUMERIC_LAYER_COLUMNS = ("time_ms", "spread") + FEATURES
-
-
-def _numeric(table: pd.DataFrame, columns: tuple[str, ...]) -> pd.DataFrame:
-    """``table`` with ``columns`` as floats (a store whose live file is empty after
-    compaction reads them as objects)."""
-    return table.assign(**{c: pd.to_numeric(table[c], errors="coerce").astype(float) for c in columns})
 
 
 def held_out(benchmarks, seed: int = 0, share: float = 0.2) -> np.ndarray:
