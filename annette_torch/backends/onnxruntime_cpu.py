@@ -6,7 +6,10 @@ writes next to it, which says what it fused: a node of the optimized graph compu
 original node it is named after (``/conv/Conv``, ``/fc/MatMul/MatMulAddFusion``, or
 ``<tensor>_nchwc`` for the NCHWc layout's convolutions) together with the vanished original nodes behind the tensors it
 produces (a ReLU fused into ``FusedConv``), found by walking back over original nodes
-no earlier kernel has claimed.
+no earlier kernel has claimed, up to and including the first conv or matmul (an
+activation before a conv is never fused into it). Layout reorders claim nothing. A new
+node that is neither (a part of a decomposed op) counts for the original node whose
+output it leads to.
 """
 from __future__ import annotations
 
@@ -23,6 +26,9 @@ import onnxruntime as ort
 from .base import KernelRecord, OnnxBackend, register_backend
 
 _NCHWC_SUFFIX = "_nchwc"
+_LAYOUT_OPS = frozenset({"ReorderInput", "ReorderOutput"})
+_COMPUTE_OPS = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm"})
+_DECOMPOSITION_DEPTH = 3
 
 
 @register_backend
@@ -65,10 +71,18 @@ class OnnxRuntimeCpu(OnnxBackend):
             optimized = onnx.load(options.optimized_model_filepath).graph
         original = onnx.load(str(path), load_external_data=False).graph
         originals = fused_originals(original, optimized)
-        kinds = {node.name: node.op_type for node in optimized.node}
-        return [KernelRecord(name=name, kernel_type=kinds.get(name, op), exec_type=provider, status="EXECUTED",
-                             runs_ms=tuple(times), layers=originals.get(name, ()))
-                for name, (op, provider, times) in _node_times(events, repeats).items()]
+        times = _node_times(events, repeats)
+        # ORT's profiler names an unnamed node "<OpType>_<index>"; pair those, per op
+        # type and in order, with the unnamed nodes of the optimized graph
+        unnamed = {}
+        for position, node in enumerate(optimized.node):
+            if not node.name:
+                unnamed.setdefault(node.op_type, []).append(_unnamed_key(position))
+        keys = {name: name if name in originals else (unnamed.get(op) or [name]).pop(0)
+                for name, (op, _, _) in times.items()}
+        return [KernelRecord(name=name, kernel_type=op, exec_type=provider, status="EXECUTED",
+                             runs_ms=tuple(runs), layers=originals.get(keys[name], ()))
+                for name, (op, provider, runs) in times.items()]
 
 
 def _node_times(events: list[dict], repeats: int) -> dict[str, tuple[str, str, list[float]]]:
@@ -91,14 +105,14 @@ def _node_times(events: list[dict], repeats: int) -> dict[str, tuple[str, str, l
 
 
 def fused_originals(original: onnx.GraphProto, optimized: onnx.GraphProto) -> dict[str, tuple[str, ...]]:
-    """For each node of ``optimized`` (in its order), the names of the ``original`` nodes
-    it computes: see the module docstring."""
+    """For each node of ``optimized`` (in its order; an unnamed one keyed ``#<position>``),
+    the names of the ``original`` nodes it computes: see the module docstring."""
     producer = {output: node for node in original.node for output in node.output}
     original_names = {node.name for node in original.node}
     surviving = {node.name for node in optimized.node}
     claimed: set[str] = set()
     result = {}
-    for node in optimized.node:
+    for position, node in enumerate(optimized.node):
         names = []
         own = node.name                        # "/fc/MatMul/MatMulAddFusion" is named after "/fc/MatMul"
         while own and own not in original_names:
@@ -109,6 +123,10 @@ def fused_originals(original: onnx.GraphProto, optimized: onnx.GraphProto) -> di
         anchors = [output for output in node.output if output in producer]
         if node.name.endswith(_NCHWC_SUFFIX) and node.name[: -len(_NCHWC_SUFFIX)] in producer:
             anchors.append(node.name[: -len(_NCHWC_SUFFIX)])
+        key = node.name or _unnamed_key(position)
+        if node.op_type in _LAYOUT_OPS:        # layout changes compute no original node
+            result[key] = tuple(names)
+            continue
         stack = [producer[t] for t in anchors]
         while stack:
             candidate = stack.pop()
@@ -116,6 +134,32 @@ def fused_originals(original: onnx.GraphProto, optimized: onnx.GraphProto) -> di
                 continue
             claimed.add(candidate.name)
             names.append(candidate.name)
-            stack.extend(producer[t] for t in candidate.input if t in producer)
-        result[node.name] = tuple(names)
+            if candidate.op_type not in _COMPUTE_OPS:   # post-ops lead back to their conv / gemm, not past it
+                stack.extend(producer[t] for t in candidate.input if t in producer)
+        if not names:
+            names = list(_decomposed_from(node, optimized, producer))
+        result[key] = tuple(names)
     return result
+
+
+def _unnamed_key(position: int) -> str:
+    return f"#{position}"
+
+
+def _decomposed_from(node: onnx.NodeProto, optimized: onnx.GraphProto, producer: dict) -> tuple[str, ...]:
+    """The original node a new node of the optimized graph is part of: the producer of
+    the first original tensor found downstream (ORT decomposing HardSwish into
+    HardSigmoid and Mul, which write the HardSwish's output). Shared, not claimed: every
+    part of a decomposition counts for the original node."""
+    consumers: dict[str, list[onnx.NodeProto]] = {}
+    for other in optimized.node:
+        for tensor in other.input:
+            consumers.setdefault(tensor, []).append(other)
+    frontier, seen = list(node.output), set()
+    for _ in range(_DECOMPOSITION_DEPTH):
+        found = [producer[t].name for t in frontier if t in producer]
+        if found:
+            return tuple(dict.fromkeys(found))
+        seen.update(frontier)
+        frontier = [out for t in frontier for n in consumers.get(t, ()) for out in n.output if out not in seen]
+    return ()
