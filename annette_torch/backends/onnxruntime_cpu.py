@@ -110,6 +110,10 @@ def fused_originals(original: onnx.GraphProto, optimized: onnx.GraphProto) -> di
     producer = {output: node for node in original.node for output in node.output}
     original_names = {node.name for node in original.node}
     surviving = {node.name for node in optimized.node}
+    consumers: dict[str, list[onnx.NodeProto]] = {}     # optimized graph: tensor -> nodes reading it
+    for node in optimized.node:
+        for tensor in node.input:
+            consumers.setdefault(tensor, []).append(node)
     claimed: set[str] = set()
     result = {}
     for position, node in enumerate(optimized.node):
@@ -137,7 +141,7 @@ def fused_originals(original: onnx.GraphProto, optimized: onnx.GraphProto) -> di
             if candidate.op_type not in _COMPUTE_OPS:   # post-ops lead back to their conv / gemm, not past it
                 stack.extend(producer[t] for t in candidate.input if t in producer)
         if not names:
-            names = list(_decomposed_from(node, optimized, producer))
+            names = list(_decomposed_from(node, consumers, producer))
         result[key] = tuple(names)
     return result
 
@@ -146,15 +150,12 @@ def _unnamed_key(position: int) -> str:
     return f"#{position}"
 
 
-def _decomposed_from(node: onnx.NodeProto, optimized: onnx.GraphProto, producer: dict) -> tuple[str, ...]:
+def _decomposed_from(node: onnx.NodeProto, consumers: dict[str, list[onnx.NodeProto]],
+                     producer: dict) -> tuple[str, ...]:
     """The original node a new node of the optimized graph is part of: the producer of
     the first original tensor found downstream (ORT decomposing HardSwish into
     HardSigmoid and Mul, which write the HardSwish's output). Shared, not claimed: every
     part of a decomposition counts for the original node."""
-    consumers: dict[str, list[onnx.NodeProto]] = {}
-    for other in optimized.node:
-        for tensor in other.input:
-            consumers.setdefault(tensor, []).append(other)
     frontier, seen = list(node.output), set()
     for _ in range(_DECOMPOSITION_DEPTH):
         found = [producer[t].name for t in frontier if t in producer]

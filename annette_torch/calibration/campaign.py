@@ -61,22 +61,33 @@ def _noise(latency: Any, rows: list[dict]) -> float:
     return max(spreads, default=0.0)
 
 
+def _specs(sweep: str | os.PathLike | Sequence[BenchmarkSpec]) -> list[BenchmarkSpec]:
+    """The benchmarks of a sweep name or CSV path, or the given specs."""
+    return load_sweep(sweep) if isinstance(sweep, (str, os.PathLike)) else list(sweep)
+
+
+def _built(spec: BenchmarkSpec) -> tuple[Any, tuple[int, ...], Any, list[str]]:
+    """(module, input shape, traced graph, module paths of its layers) of one benchmark."""
+    from ..graph import trace
+    from .generator import build_benchmark
+
+    model, input_shape = build_benchmark(spec)
+    graph = trace(model, input_shape=input_shape, name=spec.id)
+    return model, input_shape, graph, [layer.module_path for layer in graph.layers]
+
+
 def measure_benchmark(spec: BenchmarkSpec, backend: Any, warmup: int, repeats: int) -> tuple[dict, list[dict]]:
     """Build, trace, profile and match one benchmark: (network row, layer rows). On a
     shared machine a burst of load can spoil one measurement: when a resolved time's
     spread exceeds :data:`NOISY_SPREAD`, the benchmark is measured again (at most
     three attempts) and the least noisy attempt is kept."""
-    from ..graph import trace
-    from .generator import build_benchmark
     from .matcher import match_kernels
 
     start = time.perf_counter()
-    model, input_shape = build_benchmark(spec)
-    graph = trace(model, input_shape=input_shape, name=spec.id)
+    model, input_shape, graph, layer_paths = _built(spec)
     best = None
     for _ in range(_ATTEMPTS):
-        profiled = backend.profile(model, input_shape, [layer.module_path for layer in graph.layers],
-                                   warmup=warmup, repeats=repeats)
+        profiled = backend.profile(model, input_shape, layer_paths, warmup=warmup, repeats=repeats)
         rows = match_kernels(graph, profiled.kernels)
         noise = _noise(profiled.latency, rows)
         if best is None or noise < best[0]:
@@ -171,14 +182,10 @@ def dry_run_campaign(backend_name: str, sweep: str | Sequence[BenchmarkSpec], th
                      backend_options: dict[str, Any] | None = None) -> Iterator[tuple[BenchmarkSpec, list[str]]]:
     """For each benchmark of ``sweep``: the commands the backend would run for it
     (:meth:`~annette_torch.backends.Backend.dry_run`); nothing runs, nothing is stored."""
-    from ..graph import trace
-    from .generator import build_benchmark
-
     backend = get_backend(backend_name, threads=threads, precision=precision, **(backend_options or {}))
-    for spec in load_sweep(sweep) if isinstance(sweep, (str, os.PathLike)) else sweep:
-        model, input_shape = build_benchmark(spec)
-        graph = trace(model, input_shape=input_shape, name=spec.id)
-        yield spec, backend.dry_run(model, input_shape, [layer.module_path for layer in graph.layers], warmup, repeats)
+    for spec in _specs(sweep):
+        model, input_shape, _, layer_paths = _built(spec)
+        yield spec, backend.dry_run(model, input_shape, layer_paths, warmup, repeats)
 
 
 def run_campaign(backend_name: str, sweep: str | Sequence[BenchmarkSpec], out: str | os.PathLike,
@@ -195,7 +202,7 @@ def run_campaign(backend_name: str, sweep: str | Sequence[BenchmarkSpec], out: s
     backend = get_backend(backend_name, threads=threads, precision=precision, **(backend_options or {}))
     options = {"threads": threads, "precision": backend.precision, **(backend_options or {})}
     timeout_s = backend.benchmark_timeout_s if timeout_s is None else timeout_s
-    specs = load_sweep(sweep) if isinstance(sweep, (str, os.PathLike)) else list(sweep)
+    specs = _specs(sweep)
     label = sweep if isinstance(sweep, str) else "benchmarks"
     start = time.monotonic()
     deadline = start + minutes * 60 if minutes is not None else None

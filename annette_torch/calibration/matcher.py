@@ -51,15 +51,15 @@ def match_kernels(graph: LayerGraph, kernels: list[KernelRecord]) -> list[dict[s
     primary_kernels: dict[str, list[KernelRecord]] = {}
     group: dict[str, str] = {}          # layer -> primary layer of the kernel computing it
     orphans: list[KernelRecord] = []
-    for kernel in executed:
-        names = sorted({layer_of_path[p] for p in kernel.layers if p in layer_of_path}, key=graph.index.get)
+    computed = [(kernel, sorted({layer_of_path[p] for p in kernel.layers if p in layer_of_path}, key=graph.index.get))
+                for kernel in executed]                                  # each kernel's layers, primary first
+    for kernel, names in computed:
         if not names:
             orphans.append(kernel)
             continue
         primary_kernels.setdefault(names[0], []).append(kernel)
         group[names[0]] = names[0]
-    for kernel in executed:
-        names = sorted({layer_of_path[p] for p in kernel.layers if p in layer_of_path}, key=graph.index.get)
+    for _, names in computed:            # after all primaries: a layer that is primary somewhere stays so
         for name in names[1:]:
             group.setdefault(name, names[0])
     for layer in graph.layers:          # folded away (no node computes it): into its only parent
