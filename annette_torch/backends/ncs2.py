@@ -38,7 +38,8 @@ from torch import nn
 
 from .base import (Backend, BackendError, KernelRecord, Latency, Profiled, _scope_of, export_onnx, onnx_scope,
                    register_backend)
-from .remote import BoardConfig, Command, CommandFailed, ReportError, run_command, with_retries
+from .remote import (BoardConfig, Command, CommandFailed, ReportError, run_command, runner_report, times_ms,
+                     with_retries)
 
 EXAMPLE_CONFIG = "calibration/boards/ncs2.example.toml"
 RUNNER_SCRIPT = Path(__file__).resolve().parent / "ncs2_runner.py"
@@ -58,12 +59,7 @@ def _status(text: str, where: str) -> str:
 def parse_runner_report(text: str, source: str = "result.json") -> tuple[list[KernelRecord], list[float]]:
     """``ncs2_runner.py``'s JSON → (kernels with the ONNX names each computes in
     ``layers``, end-to-end times in ms); :class:`ReportError` names what is malformed."""
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise ReportError(f"{source} is not JSON: {error}") from None
-    if not isinstance(data, dict) or data.get("format") != "annette-ncs2-runner":
-        raise ReportError(f"{source} is not an ncs2_runner.py report (format 'annette-ncs2-runner')")
+    data = runner_report(text, source, "annette-ncs2-runner", "ncs2_runner.py")
     layers = data.get("layers")
     if not isinstance(layers, list) or not layers:
         raise ReportError(f"{source}: 'layers' must be a non-empty list (were performance counters on?)")
@@ -72,21 +68,19 @@ def parse_runner_report(text: str, source: str = "result.json") -> tuple[list[Ke
         where = f"{source}: layers[{i}]"
         if not isinstance(layer, dict) or not all(isinstance(layer.get(k), str) for k in ("name", "type", "status")):
             raise ReportError(f"{where} needs string name, type and status")
-        runs = layer.get("real_time_ms")
-        if not isinstance(runs, list) or not runs or not all(
-                isinstance(t, (int, float)) and not isinstance(t, bool) and t >= 0 for t in runs):
-            raise ReportError(f"{where} ({layer['name']}): real_time_ms must be a non-empty list of times")
+        runs = times_ms(layer.get("real_time_ms"), f"{where} ({layer['name']}): real_time_ms")
+        if not runs:
+            raise ReportError(f"{where} ({layer['name']}): real_time_ms is empty")
         originals = layer.get("original_names") or []
         if not isinstance(originals, list) or not all(isinstance(n, str) for n in originals):
             raise ReportError(f"{where}: original_names must be a list of strings")
         kernels.append(KernelRecord(layer["name"], layer["type"], str(layer.get("exec_type", "")),
-                                    _status(layer["status"], where), tuple(float(t) for t in runs),
+                                    _status(layer["status"], where), runs,
                                     tuple(originals) or (layer["name"],)))
-    end_to_end = data.get("end_to_end_ms")
-    if not isinstance(end_to_end, list) or not end_to_end or not all(
-            isinstance(t, (int, float)) and not isinstance(t, bool) for t in end_to_end):
-        raise ReportError(f"{source}: end_to_end_ms must be a non-empty list of times")
-    return kernels, [float(t) for t in end_to_end]
+    end_to_end = times_ms(data.get("end_to_end_ms"), f"{source}: end_to_end_ms")
+    if not end_to_end:
+        raise ReportError(f"{source}: end_to_end_ms is empty")
+    return kernels, list(end_to_end)
 
 
 _COUNTER_HEADER = ["layerName", "execStatus", "layerType", "execType", "realTime (ms)", "cpuTime (ms)"]

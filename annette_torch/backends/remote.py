@@ -38,6 +38,26 @@ class BoardConfigError(ValueError):
     """A board configuration file is missing, unreadable or lacks a key."""
 
 
+def runner_report(text: str, source: str, report_format: str, script: str) -> dict:
+    """A runner script's JSON report as a dict; :class:`ReportError` when ``text`` is not
+    JSON or not a report of ``report_format`` (written by ``script``)."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ReportError(f"{source} is not JSON: {error}") from None
+    if not isinstance(data, dict) or data.get("format") != report_format:
+        raise ReportError(f"{source} is not a {script} report (format {report_format!r})")
+    return data
+
+
+def times_ms(value: Any, where: str) -> tuple[float, ...]:
+    """A report's list of non-negative times in ms; :class:`ReportError` names ``where``."""
+    if not isinstance(value, list) or not all(isinstance(t, (int, float)) and not isinstance(t, bool) and t >= 0
+                                              for t in value):
+        raise ReportError(f"{where} must be a list of non-negative numbers (milliseconds)")
+    return tuple(float(t) for t in value)
+
+
 class ReportError(ValueError):
     """A profiler report does not have the expected format (nothing from it is stored)."""
 

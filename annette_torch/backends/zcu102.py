@@ -49,7 +49,7 @@ from torch import nn
 
 from .base import Backend, BackendError, KernelRecord, Latency, Profiled, register_backend
 from .remote import (SSH_CONNECTION_ERROR, BoardConfig, BoardConfigError, Command, CommandFailed, ReportError, Ssh,
-                     run_command, with_retries)
+                     run_command, runner_report, times_ms, with_retries)
 
 EXAMPLE_CONFIG = "calibration/boards/zcu102.example.toml"
 HERE = Path(__file__).resolve().parent
@@ -193,22 +193,10 @@ def _ops_of(value: Any, where: str) -> tuple[tuple[str, str], ...]:
     return tuple((o["name"], o["type"]) for o in value)
 
 
-def _times(value: Any, where: str) -> tuple[float, ...]:
-    if not isinstance(value, list) or not all(isinstance(t, (int, float)) and not isinstance(t, bool) and t >= 0
-                                              for t in value):
-        raise ReportError(f"{where} must be a list of non-negative numbers (milliseconds)")
-    return tuple(float(t) for t in value)
-
-
 def parse_runner_report(text: str, source: str = "result.json") -> RunnerReport:
     """Read ``zcu102_runner.py``'s JSON (format in its docstring); :class:`ReportError`
     names what is missing or malformed."""
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise ReportError(f"{source} is not JSON: {error}") from None
-    if not isinstance(data, dict) or data.get("format") != "annette-zcu102-runner":
-        raise ReportError(f"{source} is not a zcu102_runner.py report (format 'annette-zcu102-runner')")
+    data = runner_report(text, source, "annette-zcu102-runner", "zcu102_runner.py")
     subgraphs = []
     for i, entry in enumerate(data.get("subgraphs") or []):
         where = f"{source}: subgraphs[{i}]"
@@ -221,7 +209,7 @@ def parse_runner_report(text: str, source: str = "result.json") -> RunnerReport:
             children.append((child["name"], _ops_of(child.get("ops", []), f"{where}.children[{j}]")))
         subgraphs.append(Subgraph(entry["name"], str(entry.get("device", "")).upper(),
                                   _ops_of(entry.get("ops", []), where), tuple(children),
-                                  _times(entry.get("runs_ms", []), f"{where}.runs_ms")))
+                                  times_ms(entry.get("runs_ms", []), f"{where}.runs_ms")))
     if not subgraphs:
         raise ReportError(f"{source} lists no subgraphs")
     dpu = [s for s in subgraphs if s.device == "DPU"]
@@ -230,7 +218,7 @@ def parse_runner_report(text: str, source: str = "result.json") -> RunnerReport:
     runs = {len(s.runs_ms) for s in dpu}
     if 0 in runs or len(runs) != 1:
         raise ReportError(f"{source}: every DPU subgraph needs the same, non-zero number of runs, got {sorted(runs)}")
-    end_to_end = _times(data.get("end_to_end_ms"), f"{source}: end_to_end_ms")
+    end_to_end = times_ms(data.get("end_to_end_ms"), f"{source}: end_to_end_ms")
     if not end_to_end:
         raise ReportError(f"{source}: end_to_end_ms is empty")
     return RunnerReport(tuple(subgraphs), end_to_end)
