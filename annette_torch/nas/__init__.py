@@ -12,7 +12,9 @@
 from .cache import BlockCost, SignatureCache
 from .lut import LatencyLoss, LatencyLUT
 from .mobilenetv2_space import InvertedResidual, MobileNetV2Space, StageChoice
+from .nasbench201 import NB201Network, arch_string, parse_arch, sample_architectures
 from .width import WidthLatency
 
 __all__ = ["BlockCost", "InvertedResidual", "LatencyLUT", "LatencyLoss", "MobileNetV2Space",
-           "SignatureCache", "StageChoice", "WidthLatency"]
+           "NB201Network", "SignatureCache", "StageChoice", "WidthLatency", "arch_string", "parse_arch",
+           "sample_architectures"]

@@ -1,0 +1,323 @@
+"""How accurate is the estimator? Estimates of each layer-model variant against end-to-end
+latency measured on this machine (a benchmark: prints tables, asserts nothing).
+
+    python benchmarks/accuracy.py --backend openvino-cpu --threads 1 --profile PROFILE \
+        [--sets zoo,nb201] [--models a,b] [--nb201 50] [--warmup 5 --repeats 25] \
+        [--remeasure] [--plot FILE.png] [--json FILE]
+
+Sets: ``zoo`` (22 torchvision models, batch 1, default resolution) and ``nb201``
+(NAS-Bench-201 cells sampled with seed 201, input 1x3x32x32). Measurements are kept in
+``benchmarks/results/<fingerprint folder>/measured.csv`` (one row appended per network, a
+rerun skips measured networks unless ``--remeasure``; the newest row of a network wins)
+beside the ``fingerprint.json`` of the backend that took them. Variants: ``flops`` (time =
+scale * ops, one scale fitted in-sample as the geometric mean of measured/ops, so it is
+optimistic) and each layer-model type of the profile with (``+map``) and without
+(``-map``) the mapping model.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import os
+import time
+import warnings
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+import torch
+from scipy.stats import spearmanr
+from torch import nn
+from tqdm import tqdm
+
+from annette_torch import Estimator, UnknownKindWarning, load_profile, trace
+from annette_torch.atomic import atomic_path
+from annette_torch.backends import get_backend
+from annette_torch.backends.base import BackendError
+from annette_torch.calibration.store import fingerprint_folder
+from annette_torch.nas.nasbench201 import NB201Network, sample_architectures
+
+ZOO = ("resnet18", "resnet50", "resnext50_32x4d", "wide_resnet50_2", "densenet121", "squeezenet1_0",
+       "googlenet", "inception_v3", "mobilenet_v2", "mobilenet_v3_small", "mobilenet_v3_large",
+       "shufflenet_v2_x1_0", "mnasnet1_0", "efficientnet_b0", "regnet_x_400mf", "regnet_y_400mf",
+       "convnext_tiny", "vgg11", "alexnet", "vit_b_16", "swin_t", "resnet34")
+NB201_SEED = 201
+MODEL_TYPES = ("roofline", "refined_roofline", "statistical", "mixed")
+COLUMNS = ("set", "network", "input_shape", "median_ms", "p10_ms", "p90_ms", "spread", "repeats", "measured_at")
+RESULTS_ROOT = Path(__file__).parent / "results"
+
+
+@dataclass(frozen=True)
+class Network:
+    """One network to measure and estimate: its set, name, input shape and a builder."""
+
+    set: str
+    name: str
+    input_shape: tuple[int, ...]
+    build: Callable[[], nn.Module]
+
+
+def _torchvision(name: str) -> nn.Module:
+    import torchvision
+    return torchvision.models.get_model(name, weights=None).eval()
+
+
+def networks(sets: list[str], models: list[str] | None = None, nb201: int = 50) -> list[Network]:
+    """The networks of ``sets`` (``zoo``, ``nb201``), only those named in ``models`` if given."""
+    found = []
+    for name in sets:
+        if name == "zoo":
+            found += [Network("zoo", m, (1, 3, 299, 299) if m == "inception_v3" else (1, 3, 224, 224),
+                              lambda m=m: _torchvision(m)) for m in ZOO]
+        elif name == "nb201":
+            found += [Network("nb201", a, (1, 3, 32, 32), lambda a=a: NB201Network(a).eval())
+                      for a in sample_architectures(nb201, seed=NB201_SEED)]
+        else:
+            raise SystemExit(f"unknown set {name!r}; sets are zoo, nb201")
+    return [n for n in found if models is None or n.name in models]
+
+
+class ResultsError(RuntimeError):
+    """A results folder holds measurements of another backend fingerprint."""
+
+
+def results_folder(root: str | os.PathLike, fingerprint: dict) -> Path:
+    """The folder of ``fingerprint`` under ``root``, with its ``fingerprint.json`` written
+    (``ResultsError`` if it records a different fingerprint)."""
+    folder = Path(root) / fingerprint_folder(fingerprint)
+    path = folder / "fingerprint.json"
+    if path.exists():
+        recorded = json.loads(path.read_text())
+        if recorded != fingerprint:
+            raise ResultsError(f"{path} records {recorded}, but this backend is {fingerprint}; "
+                               f"measure into another --results folder")
+    else:
+        with atomic_path(path) as tmp:
+            tmp.write_text(json.dumps(fingerprint, indent=1) + "\n")
+    return folder
+
+
+def read_measured(folder: str | os.PathLike) -> pd.DataFrame:
+    """The newest row per (set, network) of ``folder/measured.csv`` (empty if none); a last
+    line cut by a kill is ignored."""
+    path = Path(folder) / "measured.csv"
+    data = path.read_text() if path.exists() else ""
+    lines = data.splitlines(keepends=True)
+    complete = "".join(line for line in lines if line.endswith("\n"))
+    if not complete:
+        return pd.DataFrame(columns=COLUMNS)
+    frame = pd.read_csv(io.StringIO(complete), dtype={"set": str, "network": str, "input_shape": str})
+    return frame.drop_duplicates(["set", "network"], keep="last").reset_index(drop=True)
+
+
+def _append_row(path: Path, row: dict) -> None:
+    """Append ``row`` (and the header to a new file) with one write, then fsync; a line cut
+    by an earlier kill is removed first."""
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, COLUMNS, lineterminator="\n")
+    if not path.exists() or path.stat().st_size == 0:
+        writer.writeheader()
+    elif not path.read_bytes().endswith(b"\n"):
+        with open(path, "rb+") as handle:
+            handle.truncate(path.read_bytes().rfind(b"\n") + 1)
+    writer.writerow(row)
+    descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(descriptor, buffer.getvalue().encode())
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def measure_networks(backend, nets: list[Network], root: str | os.PathLike = RESULTS_ROOT, warmup: int = 5,
+                     repeats: int = 25, remeasure: bool = False) -> tuple[pd.DataFrame, Path, list[str]]:
+    """Measure ``nets`` not yet in the results folder of ``backend`` (all with ``remeasure``),
+    appending a row after each. Returns (rows of ``nets``, the CSV path, failure messages)."""
+    folder = results_folder(root, backend.fingerprint())
+    path = folder / "measured.csv"
+    previous = read_measured(folder)
+    done = set() if remeasure else set(zip(previous["set"], previous["network"]))
+    failures = []
+    for net in tqdm([n for n in nets if (n.set, n.name) not in done], desc="measure", unit="net"):
+        try:
+            latency = backend.measure(net.build(), net.input_shape, warmup=warmup, repeats=repeats)
+        except BackendError as error:
+            failures.append(f"{net.set}/{net.name}: {error}")
+            continue
+        p10, p90 = np.percentile(latency.runs_ms, [10, 90])
+        _append_row(path, {"set": net.set, "network": net.name, "input_shape": "x".join(map(str, net.input_shape)),
+                           "median_ms": f"{latency.median_ms:.6g}", "p10_ms": f"{p10:.6g}", "p90_ms": f"{p90:.6g}",
+                           "spread": f"{latency.spread:.4f}", "repeats": len(latency.runs_ms),
+                           "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds")})
+    measured = read_measured(folder)
+    wanted = {(n.set, n.name) for n in nets}
+    keep = [key in wanted for key in zip(measured["set"], measured["network"])]
+    return measured[keep].reset_index(drop=True), path, failures
+
+
+def metrics(measured_ms, estimated_ms) -> dict[str, float]:
+    """MAPE %, share within +-10 % (%), Spearman rho and max |error| % of estimates."""
+    measured, estimated = np.asarray(measured_ms, float), np.asarray(estimated_ms, float)
+    error = np.abs(estimated - measured) / measured * 100
+    rho = float(spearmanr(measured, estimated)[0]) if len(measured) > 1 else float("nan")
+    return {"mape": float(error.mean()), "within10": float((error <= 10).mean() * 100),
+            "spearman": rho, "max_error": float(error.max())}
+
+
+def evaluate(profile: str, nets: list[Network], measured: pd.DataFrame,
+             graphs: dict[tuple[str, str], object] | None = None) -> dict:
+    """Estimate each measured network of ``nets`` with every variant and score them.
+
+    ``graphs`` caches traced graphs by (set, name) across calls. Returns ``variants``,
+    ``sets`` (metrics per set and variant), ``rows`` (per network: measured, spread, ops,
+    one estimate per variant), ``notes``, ``unknown`` (network -> unknown-kind warnings)
+    and ``failures`` (networks that failed to trace)."""
+    graphs = {} if graphs is None else graphs
+    by_key = {(r.set, r.network): r for r in measured.itertuples()}
+    types = load_profile(profile).model_types()
+    notes = [f"profile {profile!r} has no {t!r} layer models: skipped" for t in MODEL_TYPES if t not in types]
+    estimators = {f"{t}{'+map' if m else '-map'}": Estimator(profile, model_type=t, use_mapping=m)
+                  for t in MODEL_TYPES if t in types for m in (True, False)}
+    rows, unknown, failures = [], {}, []
+    for net in nets:
+        if (net.set, net.name) not in by_key:
+            continue
+        key = (net.set, net.name)
+        try:
+            if key not in graphs:
+                graphs[key] = trace(net.build(), input_shape=net.input_shape, name=net.name)
+        except Exception as error:  # noqa: BLE001 -- report and carry on with the others
+            failures.append(f"{net.set}/{net.name}: {type(error).__name__}: {str(error).splitlines()[0]}")
+            continue
+        row = {"set": net.set, "network": net.name, "measured_ms": float(by_key[key].median_ms),
+               "spread": float(by_key[key].spread), "ops": graphs[key].total("ops")}
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for variant, est in estimators.items():
+                row[variant] = est(graphs[key])
+        count = sum(issubclass(w.category, UnknownKindWarning) for w in caught)
+        if count:
+            unknown[net.name] = str(next(w.message for w in caught if issubclass(w.category, UnknownKindWarning)))
+        rows.append(row)
+    if not rows:
+        return {"variants": [], "sets": {}, "rows": [], "notes": notes, "unknown": unknown, "failures": failures}
+    frame = pd.DataFrame(rows)
+    scale = float(np.exp(np.mean(np.log(frame["measured_ms"] / frame["ops"]))))
+    frame.insert(5, "flops", frame["ops"] * scale)
+    notes.append(f"flops: time = {scale:.4g} ms/op * ops, scale fitted in-sample on these {len(frame)} "
+                 f"networks (geometric mean of measured/ops): an optimistic baseline")
+    variants = ["flops", *estimators]
+    sets = {name: {v: metrics(group["measured_ms"], group[v]) for v in variants}
+            for name, group in [*frame.groupby("set", sort=False), ("all", frame)]}
+    return {"variants": variants, "sets": sets, "rows": frame.to_dict("records"), "notes": notes,
+            "unknown": unknown, "failures": failures}
+
+
+def print_report(summary: dict, source: Path, measured: pd.DataFrame) -> None:
+    """The per-set tables and the per-network table of the main variant."""
+    when = sorted(measured["measured_at"])
+    print(f"measurements: {source} ({len(measured)} networks, taken {when[0]} .. {when[-1]} UTC)")
+    for note in summary["notes"]:
+        print(f"note: {note}")
+    for name, table in summary["sets"].items():
+        if name == "all" and len(summary["sets"]) == 2:
+            continue                                   # one set: "all" repeats it
+        print(f"\nset {name}\n{'variant':<22}{'MAPE %':>9}{'±10 %':>8}{'rho':>8}{'max |err| %':>13}")
+        for variant, m in table.items():
+            print(f"{variant:<22}{m['mape']:9.1f}{m['within10']:8.0f}{m['spearman']:8.3f}{m['max_error']:13.1f}")
+    main = main_variant(summary["variants"])
+    print(f"\nper network ({main})\n{'set':<6}{'network':<92}{'ms':>9}{'spread':>8}{'est ms':>9}{'err %':>8}")
+    for row in summary["rows"]:
+        error = (row[main] - row["measured_ms"]) / row["measured_ms"] * 100
+        print(f"{row['set']:<6}{row['network']:<92}{row['measured_ms']:9.3f}{row['spread']:8.3f}"
+              f"{row[main]:9.3f}{error:8.1f}")
+    if summary["unknown"]:
+        print(f"\nunknown kinds in {len(summary['unknown'])} networks (estimated with the roofline fallback):")
+        for message in summary["unknown"].values():
+            print(f"  {message}")
+    for failure in summary["failures"]:
+        print(f"trace failed: {failure}")
+
+
+def main_variant(variants: list[str]) -> str:
+    """``mixed+map`` if evaluated, else the last evaluated variant with mapping."""
+    mapped = [v for v in variants if v.endswith("+map")]
+    return "mixed+map" if "mixed+map" in variants else (mapped or variants)[-1]
+
+
+def plot(summary: dict, path: str) -> None:
+    """Log-log scatter of measured vs estimated, one subplot per variant with mapping and flops."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    variants = [v for v in summary["variants"] if not v.endswith("-map")]
+    frame = pd.DataFrame(summary["rows"])
+    cols = min(3, len(variants))
+    rows = -(-len(variants) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 4 * rows), squeeze=False)
+    low = min(frame["measured_ms"].min(), frame[variants].min().min()) / 1.5
+    high = max(frame["measured_ms"].max(), frame[variants].max().max()) * 1.5
+    line = np.geomspace(low, high, 50)
+    for ax, variant in zip(axes.flat, variants):
+        for name, group in frame.groupby("set", sort=False):
+            ax.scatter(group["measured_ms"], group[variant], s=14, label=name)
+        ax.plot(line, line, "k-", lw=0.8)
+        ax.fill_between(line, line * 0.9, line * 1.1, color="grey", alpha=0.25, lw=0)
+        ax.set(xscale="log", yscale="log", xlim=(low, high), ylim=(low, high), xlabel="measured ms",
+               ylabel="estimated ms", title=f"{variant}: MAPE {summary['sets']['all'][variant]['mape']:.1f} %")
+        ax.legend(fontsize=8)
+    for ax in list(axes.flat)[len(variants):]:
+        ax.axis("off")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backend", default="openvino-cpu")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--profile", required=True)
+    parser.add_argument("--sets", default="zoo,nb201")
+    parser.add_argument("--models", default=None, help="comma-separated network names to keep")
+    parser.add_argument("--nb201", type=int, default=50, help="NAS-Bench-201 cells to sample")
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=25)
+    parser.add_argument("--remeasure", action="store_true")
+    parser.add_argument("--results", default=str(RESULTS_ROOT), help="root of the results folders")
+    parser.add_argument("--plot", default=None)
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+    if args.repeats < 20:
+        raise SystemExit("--repeats must be at least 20 for a stable median and p10/p90")
+    torch.set_num_threads(1)
+    nets = networks(args.sets.split(","), args.models.split(",") if args.models else None, args.nb201)
+    backend = get_backend(args.backend, threads=args.threads)
+    start = time.perf_counter()
+    try:
+        measured, source, failures = measure_networks(backend, nets, args.results, args.warmup, args.repeats,
+                                                      args.remeasure)
+    except ResultsError as error:
+        raise SystemExit(str(error)) from None
+    print(f"measuring took {time.perf_counter() - start:.0f} s; median spread {measured['spread'].median():.3f}")
+    for failure in failures:
+        print(f"measure failed: {failure}")
+    if measured.empty:
+        raise SystemExit("no measurements to evaluate")
+    summary = evaluate(args.profile, nets, measured)
+    print_report(summary, source, measured)
+    if args.json:
+        with atomic_path(args.json) as tmp:
+            tmp.write_text(json.dumps({"source": str(source), "profile": args.profile,
+                                       "fingerprint": backend.fingerprint(), **summary}, indent=1) + "\n")
+    if args.plot:
+        plot(summary, args.plot)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,131 @@
+"""benchmarks/accuracy.py: metrics, the resumable results store, evaluation of all variants."""
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+from torch import nn
+
+from annette_torch.backends.base import BackendError, Latency
+from annette_torch.nas.nasbench201 import NB201Network, arch_string
+
+_spec = importlib.util.spec_from_file_location("accuracy", Path(__file__).parents[1] / "benchmarks" / "accuracy.py")
+accuracy = importlib.util.module_from_spec(_spec)
+sys.modules.setdefault("accuracy", accuracy)    # dataclasses look their module up there
+_spec.loader.exec_module(accuracy)
+
+
+class FakeBackend:
+    """Canned latencies; counts calls; fails for networks named in ``failing``."""
+
+    def __init__(self, fingerprint=None, failing=()):
+        self._fingerprint = fingerprint or {"backend": "fake", "runtime_version": "1", "cpu": "test cpu",
+                                            "threads": 1, "precision": "f32"}
+        self.failing = set(failing)
+        self.calls = []
+
+    def fingerprint(self):
+        return dict(self._fingerprint)
+
+    def measure(self, model, input_shape, warmup=5, repeats=20):
+        self.calls.append(model.tag)
+        if model.tag in self.failing:
+            raise BackendError("fake", "compile", RuntimeError("unsupported op"))
+        return Latency.from_runs([float(len(self.calls) + i) for i in range(repeats)], threads=1)
+
+
+class Erfcx(nn.Module):
+    """A conv followed by an op no layer kind claims."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+
+    def forward(self, x):
+        return torch.special.erfcx(self.conv(x))
+
+
+def _tagged(module, tag):
+    module.tag = tag
+    return module.eval()
+
+
+def _nets():
+    return [accuracy.Network("a", "small", (1, 3, 8, 8), lambda: _tagged(nn.Conv2d(3, 4, 3), "small")),
+            accuracy.Network("b", "tiny", (1, 3, 8, 8), lambda: _tagged(nn.Conv2d(3, 2, 1), "tiny"))]
+
+
+def test_metrics_on_hand_numbers():
+    m = accuracy.metrics([10, 20, 40], [10.5, 17, 60])      # errors 5 %, 15 %, 50 %
+    assert m["mape"] == pytest.approx(70 / 3)
+    assert m["within10"] == pytest.approx(100 / 3)
+    assert m["max_error"] == pytest.approx(50)
+    assert m["spearman"] == pytest.approx(1.0)
+    assert accuracy.metrics([1, 2, 3], [3, 2, 1])["spearman"] == pytest.approx(-1.0)
+
+
+def test_store_round_trip_resume_and_remeasure(tmp_path):
+    backend = FakeBackend()
+    rows, path, failures = accuracy.measure_networks(backend, _nets(), tmp_path, warmup=0, repeats=20)
+    assert failures == [] and backend.calls == ["small", "tiny"]
+    assert path.parent.name == accuracy.fingerprint_folder(backend.fingerprint())
+    assert json.loads((path.parent / "fingerprint.json").read_text()) == backend.fingerprint()
+    assert list(pd.read_csv(path).columns) == list(accuracy.COLUMNS)
+    small = rows.set_index("network").loc["small"]
+    assert small["median_ms"] == pytest.approx(10.5) and small["repeats"] == 20
+    assert small["p10_ms"] < small["median_ms"] < small["p90_ms"]
+    assert small["input_shape"] == "1x3x8x8" and small["measured_at"].endswith("+00:00")
+
+    again, _, _ = accuracy.measure_networks(backend, _nets(), tmp_path, repeats=20)
+    assert backend.calls == ["small", "tiny"]                # resumed: nothing measured twice
+    pd.testing.assert_frame_equal(again, rows)
+
+    with open(path, "a") as handle:                          # a row cut by a kill
+        handle.write("a,small,1x3x8x8,99")
+    assert len(accuracy.read_measured(path.parent)) == 2
+    accuracy.measure_networks(backend, _nets()[:1], tmp_path, repeats=20, remeasure=True)
+    assert backend.calls == ["small", "tiny", "small"]
+    newest = accuracy.read_measured(path.parent).set_index("network")
+    assert newest.loc["small", "median_ms"] == pytest.approx(12.5)   # the newest row wins
+    assert len(pd.read_csv(path)) == 3                       # the cut line is gone
+
+
+def test_failures_are_reported_not_recorded(tmp_path):
+    backend = FakeBackend(failing={"tiny"})
+    rows, _, failures = accuracy.measure_networks(backend, _nets(), tmp_path, repeats=20)
+    assert list(rows["network"]) == ["small"]
+    assert len(failures) == 1 and "b/tiny" in failures[0] and "compile" in failures[0]
+
+
+def test_refuses_a_folder_of_another_fingerprint(tmp_path):
+    accuracy.measure_networks(FakeBackend(), _nets()[:1], tmp_path, repeats=20)
+    folder = next(tmp_path.iterdir())
+    other = FakeBackend()
+    other._fingerprint = {**other.fingerprint(), "cpu": "another cpu"}
+    (folder / "fingerprint.json").write_text(json.dumps(other.fingerprint()))
+    with pytest.raises(accuracy.ResultsError, match="records"):
+        accuracy.measure_networks(FakeBackend(), _nets(), tmp_path, repeats=20)
+
+
+def test_evaluate_two_tiny_networks_with_every_variant():
+    arch = arch_string(["nor_conv_3x3", "skip_connect", "avg_pool_3x3", "none", "nor_conv_1x1", "skip_connect"])
+    nets = [accuracy.Network("nb201", arch, (1, 3, 32, 32), lambda: NB201Network(arch, C=4, N=1).eval()),
+            accuracy.Network("odd", "erfcx", (1, 3, 16, 16), lambda: Erfcx().eval()),
+            accuracy.Network("odd", "not_measured", (1, 3, 16, 16), lambda: Erfcx().eval())]
+    measured = pd.DataFrame({"set": ["nb201", "odd"], "network": [arch, "erfcx"],
+                             "median_ms": [0.5, 0.1], "spread": [0.05, 0.1]})
+    graphs = {}
+    summary = accuracy.evaluate("ncs2-myriad", nets, measured, graphs)
+    assert summary["variants"] == ["flops", "roofline+map", "roofline-map", "refined_roofline+map",
+                                   "refined_roofline-map"]
+    assert any("'mixed'" in note for note in summary["notes"])
+    assert any("in-sample" in note for note in summary["notes"])
+    assert set(summary["sets"]) == {"nb201", "odd", "all"}
+    assert [row["network"] for row in summary["rows"]] == [arch, "erfcx"]
+    assert all(row[v] > 0 for row in summary["rows"] for v in summary["variants"])
+    assert list(summary["unknown"]) == ["erfcx"] and "special_erfcx" in summary["unknown"]["erfcx"]
+    assert set(graphs) == {("nb201", arch), ("odd", "erfcx")}
+    assert accuracy.main_variant(summary["variants"]) == "refined_roofline+map"

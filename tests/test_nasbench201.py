@@ -1,0 +1,87 @@
+"""annette_torch.nas.nasbench201: arch strings, sampling, the CIFAR network."""
+import pytest
+import torch
+
+from annette_torch import trace
+from annette_torch.nas.nasbench201 import EDGES, OPS, NB201Network, arch_string, parse_arch, sample_architectures
+
+EXAMPLE = "|nor_conv_3x3~0|+|nor_conv_3x3~0|avg_pool_3x3~1|+|skip_connect~0|nor_conv_3x3~1|skip_connect~2|"
+
+
+def test_parse_and_round_trip():
+    ops = parse_arch(EXAMPLE)
+    assert ops == ("nor_conv_3x3", "nor_conv_3x3", "avg_pool_3x3", "skip_connect", "nor_conv_3x3", "skip_connect")
+    assert arch_string(ops) == EXAMPLE
+    for arch in sample_architectures(20, seed=0):
+        assert arch_string(parse_arch(arch)) == arch
+
+
+@pytest.mark.parametrize("bad, message", [
+    ("|nor_conv_3x3~0|+|nor_conv_3x3~0|avg_pool_3x3~1|", "3 node groups"),
+    ("|conv~0|+|none~0|none~1|+|none~0|none~1|none~2|", "unknown op 'conv'"),
+    ("|none~1|+|none~0|none~1|+|none~0|none~1|none~2|", "must be 'op~0'"),
+    ("|none~0|+|none~0|+|none~0|none~1|none~2|", "node 2 needs 2 inputs"),
+    ("none~0|+|none~0|none~1|+|none~0|none~1|none~2|", "start and end with '|'"),
+    ("|none|+|none~0|none~1|+|none~0|none~1|none~2|", "must be 'op~0'"),
+])
+def test_bad_strings_say_what_is_wrong(bad, message):
+    with pytest.raises(ValueError, match=message.replace("|", r"\|")):
+        parse_arch(bad)
+    with pytest.raises(ValueError, match="6 ops"):
+        arch_string(["none"] * 5)
+
+
+def test_output_shape_and_trace():
+    model = NB201Network(EXAMPLE).eval()
+    assert model(torch.randn(2, 3, 32, 32)).shape == (2, 10)
+    graph = trace(model, input_shape=(1, 3, 32, 32))
+    assert graph.total("ops") > 0
+    assert NB201Network(EXAMPLE, C=8, N=1, num_classes=3)(torch.randn(1, 3, 32, 32)).shape == (1, 3)
+
+
+def test_none_only_cells_output_zeros_without_work():
+    model = NB201Network(arch_string(["none"] * 6), N=2).eval()
+    cell = model.cells[0]
+    assert len(cell.edges) == 0
+    x = torch.randn(1, 16, 32, 32)
+    assert torch.equal(cell(x), torch.zeros_like(x))
+    assert model(torch.randn(1, 3, 32, 32)).shape == (1, 10)
+    # skip/pool of a zero node add nothing; a conv of one still runs (BN of zeros is not zero)
+    ops = ("none", "skip_connect", "avg_pool_3x3", "none", "nor_conv_1x1", "skip_connect")
+    cell = NB201Network(ops, N=1).cells[0]
+    assert sorted(cell.edges) == ["0_2", "1_3", "2_3"]
+
+
+def test_sampling_is_deterministic_and_distinct():
+    first = sample_architectures(50, seed=201)
+    assert first == sample_architectures(50, seed=201)
+    assert first != sample_architectures(50, seed=202)
+    assert len(set(first)) == 50
+    assert len(set(sample_architectures(len(OPS) ** len(EDGES), seed=1))) == 15625
+    with pytest.raises(ValueError):
+        sample_architectures(15626, seed=1)
+
+
+def _independent_param_count(ops, C=16, N=5, classes=10):
+    """Parameters counted from the paper's description: conv k*k*c*c, BN 2c per op."""
+    def per_cell(c):
+        return sum({"nor_conv_1x1": c * c + 2 * c, "nor_conv_3x3": 9 * c * c + 2 * c}.get(op, 0) for op in ops)
+
+    def reduction(c):  # conv_a 3x3 c->2c + BN, conv_b 3x3 2c->2c + BN, shortcut 1x1 c->2c
+        return 9 * c * 2 * c + 2 * 2 * c + 9 * (2 * c) ** 2 + 2 * 2 * c + c * 2 * c
+
+    stem = 27 * C + 2 * C
+    head = 2 * 4 * C + 4 * C * classes + classes
+    return stem + N * (per_cell(C) + per_cell(2 * C) + per_cell(4 * C)) + reduction(C) + reduction(2 * C) + head
+
+
+@pytest.mark.parametrize("ops", [("none",) * 6, ("nor_conv_3x3",) * 6, parse_arch(EXAMPLE)])
+def test_parameter_count(ops):
+    model = NB201Network(ops)
+    assert sum(p.numel() for p in model.parameters()) == _independent_param_count(ops)
+
+
+def test_parameter_count_matches_the_benchmarks_published_extremes():
+    # NAS-Bench-201 lists 0.073306 MB (all none) and 1.531546 MB (all nor_conv_3x3) on CIFAR-10
+    assert sum(p.numel() for p in NB201Network(("none",) * 6).parameters()) == 73306
+    assert sum(p.numel() for p in NB201Network(("nor_conv_3x3",) * 6).parameters()) == 1531546
