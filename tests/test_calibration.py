@@ -412,3 +412,23 @@ def test_a_compacted_store_reads_numbers_as_numbers(tmp_path):
         store.compact()
         networks, layers = store.networks(), store.layers()
     assert networks["time_ms"].dtype == float and layers["ops"].dtype.kind in "if"
+
+
+def test_onnx_scope_recovers_nested_module_paths():
+    """The exporter names a container's children relative to the scope above them;
+    the scope names of a real export of nested modules map back to their module paths."""
+    import tempfile
+
+    import onnx
+    from torch import nn
+
+    from annette_torch.backends.base import export_onnx, onnx_scope
+
+    model = nn.Sequential()
+    model.add_module("stem", nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU()))
+    model.add_module("block", nn.Sequential(nn.Sequential(nn.Conv2d(8, 8, 1))))
+    path = export_onnx(model, (1, 3, 16, 16), Path(tempfile.mkdtemp()) / "m.onnx")
+    paths = {onnx_scope(node.name) for node in onnx.load(str(path)).graph.node if node.op_type in ("Conv", "Relu")}
+    assert paths == {"stem.0", "stem.1", "block.0.0"}
+    assert onnx_scope("/features/features.1/block/block.0/block.0.0/Conv") == "features.1.block.0.0"
+    assert onnx_scope("/Constant") == "" and onnx_scope("Identity_3") == ""

@@ -112,11 +112,17 @@ def eval_mode(model: nn.Module) -> Iterator[nn.Module]:
 
 def export_onnx(model: nn.Module, input_shape: Sequence[int], path: str | os.PathLike) -> Path:
     """Export ``model`` in eval mode with the TorchScript exporter (``dynamo=False``) for one
-    static input named ``input`` of ``input_shape``; returns ``path``."""
+    static input named ``input`` of ``input_shape`` (with the fused multi-head-attention
+    fast path off, which cannot be exported); returns ``path``."""
     example = torch.from_numpy(random_input(input_shape))
-    with warnings.catch_warnings(), eval_mode(model), torch.no_grad():
-        warnings.filterwarnings("ignore", category=DeprecationWarning)  # the legacy exporter is chosen on purpose
-        torch.onnx.export(model, (example,), str(path), dynamo=False, input_names=["input"])
+    fastpath = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)   # its fused kernel has no ONNX export (ViT's attention)
+    try:
+        with warnings.catch_warnings(), eval_mode(model), torch.no_grad():
+            warnings.filterwarnings("ignore", category=DeprecationWarning)  # the legacy exporter is chosen on purpose
+            torch.onnx.export(model, (example,), str(path), dynamo=False, input_names=["input"])
+    finally:
+        torch.backends.mha.set_fastpath_enabled(fastpath)
     return Path(path)
 
 
@@ -151,9 +157,21 @@ class Profiled:
 
 def onnx_scope(node_name: str) -> str:
     """Module path of an ONNX node exported by ``torch.onnx.export``: ``/block/conv/Conv``
-    → ``block.conv``; ``""`` for nodes from the top-level forward (``/Constant``)."""
-    parts = node_name.strip("/").split("/")
-    return ".".join(parts[:-1]) if node_name.startswith("/") else ""
+    → ``block.conv``; ``""`` for nodes from the top-level forward (``/Constant``).
+
+    The exporter names a container's children by their path relative to the previous
+    scope, so ``/layer1/layer1.0/conv1/Conv`` is ``layer1.0.conv1`` and
+    ``/features/features.1/block/block.0/block.0.0/Conv`` is ``features.1.block.0.0``.
+    """
+    if not node_name.startswith("/"):
+        return ""
+    path: list[str] = []        # module path so far, one entry per scope
+    for scope in node_name.strip("/").split("/")[:-1]:
+        if path and scope.startswith(path[-1] + "."):
+            path[-1] = scope        # a container's child, named relative to the scope above
+        else:
+            path.append(scope)
+    return ".".join(path)
 
 
 def _scope_of(name: str, scope: dict[str, str]) -> str:
