@@ -144,8 +144,13 @@ def measure_networks(backend, nets: list[Network], root: str | os.PathLike = RES
     done = set() if remeasure else set(zip(previous["set"], previous["network"]))
     failures = []
     for net in tqdm([n for n in nets if (n.set, n.name) not in done], desc="measure", unit="net"):
+        model = net.build()
+        if not getattr(model, "depends_on_input", True):
+            failures.append(f"{net.set}/{net.name}: the output does not depend on the input (a none edge on every "
+                            f"path through the cell); runtimes fold it to a constant, there is nothing to measure")
+            continue
         try:
-            latency = backend.measure(net.build(), net.input_shape, warmup=warmup, repeats=repeats)
+            latency = backend.measure(model, net.input_shape, warmup=warmup, repeats=repeats)
         except BackendError as error:
             failures.append(f"{net.set}/{net.name}: {error}")
             continue

@@ -100,6 +100,15 @@ def test_failures_are_reported_not_recorded(tmp_path):
     assert len(failures) == 1 and "b/tiny" in failures[0] and "compile" in failures[0]
 
 
+def test_networks_computing_a_constant_are_not_measured(tmp_path):
+    constant = arch_string(["none"] * 6)
+    nets = [accuracy.Network("nb201", constant, (1, 3, 32, 32), lambda: _tagged(NB201Network(constant, N=1), "c"))]
+    backend = FakeBackend()
+    rows, _, failures = accuracy.measure_networks(backend, nets, tmp_path, repeats=20)
+    assert rows.empty and backend.calls == []
+    assert len(failures) == 1 and "does not depend on the input" in failures[0]
+
+
 def test_refuses_a_folder_of_another_fingerprint(tmp_path):
     accuracy.measure_networks(FakeBackend(), _nets()[:1], tmp_path, repeats=20)
     folder = next(tmp_path.iterdir())

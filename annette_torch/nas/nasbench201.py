@@ -10,7 +10,8 @@ The network is the benchmark's CIFAR skeleton: stem conv 3x3 + BN to ``C`` chann
 stages of ``N`` cells (``C``, ``2C``, ``4C`` channels) joined by ResNet reduction blocks,
 then BN + ReLU, global average pooling and a linear classifier. ``none`` edges do no work:
 they are left out of the sums, and so are ``skip_connect`` / ``avg_pool_3x3`` edges whose
-source is known to be zero; a node with no remaining input is ``zeros_like`` its cell input.
+source is known to be zero; a node with no remaining input is ``zeros_like`` its cell input,
+and nodes the cell output does not use are not computed.
 """
 from __future__ import annotations
 
@@ -95,32 +96,48 @@ def edge_module(op: str, channels: int) -> nn.Module:
     raise ValueError(f"no module for op {op!r}; ops are {', '.join(OPS[1:])}")
 
 
+def cell_plan(ops: Sequence[str]) -> tuple[list[tuple[int, int, str]], set[int], bool]:
+    """(edges that do work as (source, target, op), nodes the cell output uses, whether the
+    output depends on the cell input) of a cell of 6 ``ops``. ``none`` edges, and
+    ``skip_connect`` / ``avg_pool_3x3`` edges from a node that is all zeros, add nothing."""
+    zero = [False, True, True, True]          # which nodes are known to be all zeros
+    varies = [True, False, False, False]      # which nodes depend on the cell input
+    kept = []
+    for (source, target), op in zip(EDGES, ops):
+        if op == "none" or (zero[source] and op in ("skip_connect", "avg_pool_3x3")):
+            continue
+        kept.append((source, target, op))
+        zero[target] = False
+        varies[target] = varies[target] or varies[source]
+    live = {3}
+    for source, target, _ in reversed(kept):  # targets in descending order
+        if target in live:
+            live.add(source)
+    return kept, live, varies[3]
+
+
 class Cell(nn.Module):
-    """One NAS-Bench-201 cell; ``edges`` holds a module per edge that does work, keyed
-    ``"<source>_<target>"``."""
+    """One NAS-Bench-201 cell. ``edges`` holds a module per edge that does work, keyed
+    ``"<source>_<target>"``; edges into nodes the output does not use keep their modules
+    (so parameter counts are the benchmark's) but are not run. ``depends_on_input``: False
+    when every path from the input to the output passes a ``none`` edge (the cell, and a
+    network of it, computes a constant)."""
 
     def __init__(self, ops: Sequence[str], channels: int) -> None:
         super().__init__()
         self.ops = tuple(ops)
-        zero = [False, True, True, True]          # which nodes are known to be all zeros
-        self.inputs: list[list[tuple[int, str]]] = [[] for _ in range(4)]
-        self.edges = nn.ModuleDict()
-        for (source, target), op in zip(EDGES, self.ops):
-            if op == "none" or (zero[source] and op in ("skip_connect", "avg_pool_3x3")):
-                continue                          # adds zeros: left out of the sum
-            key = f"{source}_{target}"
-            self.edges[key] = edge_module(op, channels)
-            self.inputs[target].append((source, key))
-            zero[target] = False
+        kept, live, self.depends_on_input = cell_plan(self.ops)
+        self.edges = nn.ModuleDict({f"{s}_{t}": edge_module(op, channels) for s, t, op in kept})
+        self.inputs = {t: [(s, f"{s}_{t}") for s, t_, _ in kept if t_ == t] for t in (1, 2, 3) if t in live}
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        nodes = [x]
-        for target in (1, 2, 3):
-            terms = [self.edges[key](nodes[source]) for source, key in self.inputs[target]]
+        nodes = {0: x}
+        for target, inputs in self.inputs.items():
+            terms = [self.edges[key](nodes[source]) for source, key in inputs]
             node = torch.zeros_like(x) if not terms else terms[0]
             for term in terms[1:]:
                 node = node + term
-            nodes.append(node)
+            nodes[target] = node
         return nodes[3]
 
 
@@ -140,7 +157,9 @@ class ResNetReduction(nn.Module):
 
 class NB201Network(nn.Module):
     """The NAS-Bench-201 CIFAR network of ``arch`` (an arch string or 6 ops) with ``N``
-    cells per stage, ``C`` stem channels and ``num_classes`` outputs; returns the logits."""
+    cells per stage, ``C`` stem channels and ``num_classes`` outputs; returns the logits.
+    ``depends_on_input`` is False when the cell computes a constant (see :class:`Cell`):
+    then so does the network, and a runtime folds it to a constant with no input."""
 
     def __init__(self, arch: str | Sequence[str], C: int = 16, N: int = 5, num_classes: int = 10) -> None:
         super().__init__()
@@ -153,6 +172,7 @@ class NB201Network(nn.Module):
                 blocks.append(ResNetReduction(channels // 2, channels))
             blocks += [Cell(self.ops, channels) for _ in range(N)]
         self.cells = nn.Sequential(*blocks)
+        self.depends_on_input = cell_plan(self.ops)[2]
         self.lastact = nn.Sequential(nn.BatchNorm2d(4 * C), nn.ReLU())
         self.global_pooling = nn.AdaptiveAvgPool2d(1)
         self.classifier = nn.Linear(4 * C, num_classes)
