@@ -2,6 +2,7 @@
 profiles that save, load and fail cleanly, and a fit on committed calibration data."""
 import json
 import math
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -174,3 +175,54 @@ def test_truncated_or_tampered_profile_fails_with_a_clear_error(fitted, tmp_path
         target.write_text(json.dumps(broken))
         with pytest.raises(ProfileError, match=rf"layer_models\.mixed\.{kind}.*{message}"):
             load_profile(target)
+
+
+def test_weights_from_memory_floor_binds_only_kernels_bound_by_their_weights():
+    """A fully connected layer at batch 1 takes at least its weight bytes over the
+    profile's weight bandwidth; a compute-heavy conv keeps its layer-model time, and
+    ``weights_from_memory=False`` gives the plain layer-model times."""
+    import torch
+    from torch import nn
+
+    from annette_torch.profiles import Profile
+
+    roof = RefinedRoofline(peak_ops_s=1e11, bandwidth_bytes_s=1e11)
+    profile = Profile(name="synthetic", fingerprint={"backend": "none", "device": "none", "runtime_version": "0",
+                                                     "threads": 1, "precision": "f32"},
+                      layer_models={"roofline": {"default": roof}}, weight_bandwidth_bytes_s=1e10)
+    fc = nn.Linear(4096, 4096)                    # 64 MiB of weights, 33.6 MFLOP
+    conv = nn.Conv2d(64, 64, 3, padding=1)        # 147 kiB of weights, 3.7 GFLOP at 224x224
+    floor, plain = Estimator(profile), Estimator(profile, weights_from_memory=False)
+    fc_graph, conv_graph = trace(fc, input_shape=(1, 4096)), trace(conv, input_shape=(1, 64, 224, 224))
+    weight_bytes = (4096 * 4096 + 4096) * 4
+    assert floor(fc_graph) == pytest.approx(weight_bytes / 1e10 * 1e3)
+    assert plain(fc_graph) == pytest.approx((weight_bytes + 2 * 4096 * 4) / 1e11 * 1e3)
+    assert floor(conv_graph) == plain(conv_graph)
+    report = floor.report(fc_graph)
+    assert report["layer_model"].tolist() == ["roofline"]      # the wrapped model's type is reported
+    # the torch path (differentiable width search) sees the same floor
+    _, _, model = floor.layer_model("linear")
+    features = torch.as_tensor(fc_graph.features)
+    assert float(model.predict(features, xp=torch)[0].sum()) == pytest.approx(weight_bytes / 1e10)
+
+
+def test_profile_of_another_machine_warns_how_to_calibrate_this_one(tmp_path):
+    import onnxruntime
+
+    from annette_torch.backends.base import cpu_model
+    from annette_torch.profiles import Profile, ProfileMismatchWarning
+
+    roof = RefinedRoofline(peak_ops_s=1e11, bandwidth_bytes_s=1e11)
+    here = {"backend": "onnxruntime-cpu", "device": cpu_model(), "cpu": cpu_model(),
+            "runtime_version": onnxruntime.__version__, "threads": 1, "precision": "f32"}
+    elsewhere = {**here, "cpu": "Some Other CPU 9000", "device": "Some Other CPU 9000", "runtime_version": "0.1.0"}
+    for fingerprint, warns in ((here, False), (elsewhere, True)):
+        path = Profile(name="p", fingerprint=fingerprint, layer_models={"roofline": {"default": roof}}).save(tmp_path / "p.json")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            Estimator(path)
+        mismatches = [w for w in caught if issubclass(w.category, ProfileMismatchWarning)]
+        assert bool(mismatches) == warns
+    message = str(mismatches[0].message)
+    assert "Some Other CPU 9000" in message and "onnxruntime 0.1.0" in message
+    assert "annette-torch calibrate --backend onnxruntime-cpu --threads 1" in message and "annette-torch fit" in message

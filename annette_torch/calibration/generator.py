@@ -360,3 +360,94 @@ def mlp(p: dict[str, Any]) -> tuple[nn.Module, tuple[int, ...]]:
     net.add_module("fc2", nn.Linear(p["f"], p["c"]))
     shape = (p["n"], p["h"], p["c"]) if p["h"] > 1 else (p["n"], p["c"])
     return net, shape
+
+
+class _SqueezeExcite(nn.Module):
+    def __init__(self, c: int, squeeze: int, gate: str) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(c, c, 1, bias=False)
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.fc1 = nn.Conv2d(c, squeeze, 1)
+        self.act = nn.ReLU()
+        self.fc2 = nn.Conv2d(squeeze, c, 1)
+        self.gate = _activation(gate)
+        self.scale = Eltwise("mul")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.conv(x)
+        return self.scale(y, self.gate(self.fc2(self.act(self.fc1(self.pool(y))))))
+
+
+@family("squeeze_excite", ("h", "w", "c", "f"), {"op": "sigmoid"},
+        lambda p: (2.0 * p["n"] * p["c"] * (p["c"] * p["h"] * p["w"] + 2 * p["f"]), float(p["n"] * p["c"] * p["h"] * p["w"])))
+def squeeze_excite(p: dict[str, Any]) -> tuple[nn.Module, tuple[int, ...]]:
+    """A 1x1 conv, then squeeze-and-excitation as in MobileNetV3, EfficientNet and RegNetY:
+    global average pool, 1x1 conv to ``f`` channels, ReLU, 1x1 conv back, gate ``op``
+    (sigmoid or hardsigmoid), times the conv's output."""
+    if p["op"] not in ("sigmoid", "hardsigmoid"):
+        raise ValueError(f"squeeze_excite gate must be sigmoid or hardsigmoid, got {p['op']!r}")
+    return _SqueezeExcite(p["c"], p["f"], p["op"]), (p["n"], p["c"], p["h"], p["w"])
+
+
+class _DenseLayer(nn.Module):
+    def __init__(self, c: int, growth: int, k: int) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(c, growth, k, 1, k // 2, bias=False)
+        self.concat = Concat()
+        self.bn = nn.BatchNorm2d(c + growth)
+        self.act = nn.ReLU()
+        self.conv2 = nn.Conv2d(c + growth, c, 1, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv2(self.act(self.bn(self.concat(x, self.conv(x)))))
+
+
+@family("dense_layer", ("h", "w", "c", "f", "k"), {},
+        lambda p: (2.0 * p["n"] * p["h"] * p["w"] * (p["c"] * p["f"] * p["k"] ** 2 + (p["c"] + p["f"]) * p["c"]),
+                   float(p["n"] * (p["c"] + p["f"]) * p["h"] * p["w"])))
+def dense_layer(p: dict[str, Any]) -> tuple[nn.Module, tuple[int, ...]]:
+    """DenseNet's pattern: a kxk conv adds ``f`` channels, concatenated to its input,
+    then pre-activation batch norm and ReLU (not after a conv) and a 1x1 conv."""
+    return _DenseLayer(p["c"], p["f"], p["k"]), (p["n"], p["c"], p["h"], p["w"])
+
+
+class _SelfAttention(nn.Module):
+    def __init__(self, c: int, heads: int) -> None:
+        super().__init__()
+        self.attn = nn.MultiheadAttention(c, heads, batch_first=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.attn(x, x, x, need_weights=False)[0]
+
+
+def _attention_size(p: dict[str, Any]) -> tuple[float, float]:
+    tokens = p["h"] * p["w"]
+    return (2.0 * p["n"] * tokens * p["c"] * (4 * p["c"] + 2 * tokens),
+            float(p["n"] * max(p["groups"] * tokens * tokens, 3 * tokens * p["c"])))
+
+
+@family("attention", ("h", "c", "groups"), {"w": 1}, _attention_size)
+def attention(p: dict[str, Any]) -> tuple[nn.Module, tuple[int, ...]]:
+    """Self-attention of ``h`` tokens of width ``c`` with ``groups`` heads
+    (``nn.MultiheadAttention``, as in ViT): q/k/v and output projections and the two products."""
+    if p["c"] % p["groups"]:
+        raise ValueError(f"attention width c={p['c']} is not divisible by groups={p['groups']} heads")
+    return _SelfAttention(p["c"], p["groups"]), (p["n"], p["h"], p["c"])
+
+
+@family("window_attention", ("h", "w", "c", "groups"), {"k": 7, "op": "shifted"},
+        lambda p: (2.0 * p["n"] * p["h"] * p["w"] * p["c"] * (4 * p["c"] + 2 * p["k"] ** 2),
+                   float(p["n"] * max(p["groups"] * p["h"] * p["w"] * p["k"] ** 2, 3 * p["h"] * p["w"] * p["c"]))))
+def window_attention(p: dict[str, Any]) -> tuple[nn.Module, tuple[int, ...]]:
+    """Swin's (shifted) window attention on an (n, h, w, c) map: windows of ``k`` x ``k``
+    tokens, ``groups`` heads, shifted by ``k // 2`` when ``op`` is ``shifted`` (else ``plain``)."""
+    from torchvision.models.swin_transformer import ShiftedWindowAttention
+
+    if p["op"] not in ("shifted", "plain"):
+        raise ValueError(f"window_attention op must be shifted or plain, got {p['op']!r}")
+    if p["c"] % p["groups"]:
+        raise ValueError(f"window_attention width c={p['c']} is not divisible by groups={p['groups']} heads")
+    shift = p["k"] // 2 if p["op"] == "shifted" else 0
+    net = nn.Sequential()
+    net.add_module("attn", ShiftedWindowAttention(p["c"], [p["k"], p["k"]], [shift, shift], p["groups"]))
+    return net, (p["n"], p["h"], p["w"], p["c"])

@@ -16,7 +16,15 @@ Steps (each in its own module):
    clocks) and with a run-to-run spread up to ``max_spread``; weight each by
    ``1 / (0.05 + spread)``;
 5. per kernel kind with ``min_rows`` kernels or more, fit the four model types
-   (:mod:`.kinds`); a ``default`` roofline answers the other kinds.
+   (:mod:`.kinds`); a ``default`` roofline answers the other kinds. Kinds that are not
+   products (pools, concats, activations, norms) are fitted on the kernels that read
+   another kernel's output when there are ``min_rows`` of them: inside a network such a
+   layer reads what a conv wrote, in the layout the conv wrote it (OpenVINO's blocked
+   channels), not the plain layout of a network input;
+6. the rate at which weights arrive from memory (:mod:`.weights`): in a real network a
+   kernel's weights were evicted from the caches by the rest of the network since the
+   last inference, so a kernel takes at least its weight bytes over that rate; fitted on
+   the fully connected benchmarks whose weights outgrow the caches.
 
 Held-out check: benchmarks are split by a seeded hash of their id (:func:`.table.held_out`).
 Everything above is first fitted on the training benchmarks and scored on the held-out
@@ -44,6 +52,7 @@ from .kinds import KindFit, fit_kind, learner_errors, mape
 from .mapping import PairDecision, describe_rule, learn_rules, rule_accuracy
 from .overhead import Gap, fit_gap
 from .roofline import as_plain, fit_roofline
+from .weights import fit_weight_bandwidth
 from .table import StoreData, held_out, kernel_table, load_store, runtime_kernels_ms
 
 MODEL_TYPES = ("roofline", "refined_roofline", "statistical", "mixed")
@@ -61,6 +70,7 @@ class _Pass:
     kernels: pd.DataFrame
     fits: dict[str, KindFit]
     default: RefinedRoofline
+    weight_bandwidth: tuple[float | None, dict]
 
 
 def _weights(table: pd.DataFrame) -> np.ndarray:
@@ -82,6 +92,10 @@ def _fit_pass(data: StoreData, train: set[str], min_time_ms: float, max_spread: 
     keep = (table["measured"] & table["agrees"] & (table["time_ms"] >= min_time_ms)
             & ~(table["spread"] > max_spread))
     kernels = table[keep].assign(train=lambda t: t["benchmark"].isin(train))
+    # see the module doc, step 5: layers other than products are fitted (and scored) in context
+    context_kinds = {kind for kind, group in kernels[kernels["train"]].groupby("kind")
+                     if kind not in PRODUCT_KINDS and (~group["reads_input"]).sum() >= min_rows}
+    kernels = kernels[~(kernels["kind"].isin(context_kinds) & kernels["reads_input"])]
     rows = kernels[kernels["train"]]
     fits = {}
     for kind, group in rows.groupby("kind"):
@@ -91,7 +105,8 @@ def _fit_pass(data: StoreData, train: set[str], min_time_ms: float, max_spread: 
     others = rows[~rows["kind"].isin(PRODUCT_KINDS)]
     basis = others if len(others) >= min_rows else rows
     default = fit_roofline(*_xy(basis, gap.scale), _weights(basis))
-    return _Pass(rules, decisions, gap, kernels, fits, default)
+    return _Pass(rules, decisions, gap, kernels, fits, default,
+                 fit_weight_bandwidth(rows, gap.scale, default.bit_weights))
 
 
 def _profile(name: str, data: StoreData, fitted: _Pass, fit_metrics: dict, notes: list[str]) -> Profile:
@@ -106,7 +121,7 @@ def _profile(name: str, data: StoreData, fitted: _Pass, fit_metrics: dict, notes
     return Profile(
         name=name, fingerprint={**fp, "device": fp.get("cpu", fp.get("device", ""))}, layer_models=models,
         model_preference=tuple(t for t in PREFERENCE if t in models), mapping=fitted.rules,
-        overhead_ms=fitted.gap.overhead_ms,
+        overhead_ms=fitted.gap.overhead_ms, weight_bandwidth_bytes_s=fitted.weight_bandwidth[0],
         description=(f"fitted on {len(data.networks)} benchmarks of {fp.get('backend')} {fp.get('runtime_version')}, "
                      f"{fp.get('threads')} thread(s), {fp.get('precision')}"),
         fit_metrics=fit_metrics, notes=notes)
@@ -144,7 +159,8 @@ def _network_scores(profile: Profile, data: StoreData, test_ids: list[str], scal
     estimates = {"measured kernels": profile.overhead_ms + scale * networks["layers_sum_ms"].to_numpy()}
     for mapping in (True, False):
         for type_name in profile.layer_models:
-            estimator = Estimator(profile, model_type=type_name, use_mapping=mapping)
+            # a benchmark runs in a loop: its weights stay cached, no weights-from-memory floor
+            estimator = Estimator(profile, model_type=type_name, use_mapping=mapping, weights_from_memory=False)
             estimates[type_name if mapping else f"{type_name} (no mapping)"] = \
                 np.array([estimator(data.graphs[b]) for b in test_ids]) + inserted
     return {"benchmarks": len(test_ids), "long_benchmarks": int(long.sum()), "long_ms": long_ms,
@@ -216,6 +232,7 @@ def fit_profile(store_folder: str | os.PathLike, name: str | None = None, seed: 
     final = _fit_pass(data, set(ids), **options) if refit_all else held
     metrics.update(
         fitted_on="all benchmarks" if refit_all else "training benchmarks", gap=final.gap.to_dict(),
+        weight_bandwidth=final.weight_bandwidth[1], weight_bandwidth_bytes_s=final.weight_bandwidth[0],
         mapping={"rules": [describe_rule(r) for r in final.rules],
                  "pairs": [{"primary": d.primary, "secondary": d.secondary, "examples": d.examples,
                             "fused": d.fused, "decision": d.how, "errors": d.errors} for d in final.decisions]},
@@ -227,6 +244,15 @@ def fit_profile(store_folder: str | os.PathLike, name: str | None = None, seed: 
 
 def _cell(value: float) -> str:
     return "-" if value is None or value != value else f"{value:.1f}"
+
+
+def _weight_line(summary: dict, bandwidth: float | None) -> str:
+    if bandwidth is None:
+        return (f"weights from memory: not fitted ({summary.get('kernels', 0)} fully connected kernels with "
+                f"at least {summary.get('min_weight_bytes', 0) / 2 ** 20:.0f} MiB of weights)")
+    return (f"weights from memory at {bandwidth / 1e9:.1f} GB/s (median of {summary['kernels']} fully connected "
+            f"kernels with {summary['min_weight_bytes'] / 2 ** 20:.0f}-{summary['largest_weight_bytes'] / 2 ** 20:.0f} "
+            f"MiB of weights)")
 
 
 def format_report(metrics: dict) -> str:
@@ -269,5 +295,6 @@ def format_report(metrics: dict) -> str:
               f"overhead {gap['overhead_ms']:.4f} ms per inference, scale {gap['scale']:.3f} on kernel times "
               f"(end-to-end MAPE of {gap['benchmarks']} benchmarks: {_cell(gap['mape_sum'])}% for the plain sum of "
               f"their kernels, {_cell(gap['mape_fit'])}% with overhead and scale)",
+              _weight_line(metrics.get("weight_bandwidth", {}), metrics.get("weight_bandwidth_bytes_s")),
               "", "fusion rules:"] + [f"  {rule}" for rule in metrics["mapping"]["rules"] or ["(none)"]]
     return "\n".join(lines)

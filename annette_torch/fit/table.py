@@ -83,7 +83,8 @@ def layer_groups(layers: pd.DataFrame) -> dict[tuple[str, str], str]:
 def kernel_table(data: StoreData, rules: tuple[FusionRule, ...]) -> pd.DataFrame:
     """One row per non-free kernel of every benchmark under ``rules``: benchmark, family,
     kernel (primary layer), kind, layers (``+``-joined), time_ms, spread (the primary's),
-    measured (the primary was executed), agrees (see module doc), then :data:`FEATURES`."""
+    measured (the primary was executed), agrees (see module doc), reads_input (the kernel
+    reads the network's input, not another kernel's output), then :data:`FEATURES`."""
     named = data.layers[data.layers["layer"] != ""]
     key = list(zip(named["benchmark"], named["layer"]))
     time_of = dict(zip(key, named["time_ms"].fillna(0.0)))
@@ -106,10 +107,11 @@ def kernel_table(data: StoreData, rules: tuple[FusionRule, ...]) -> pd.DataFrame
             rows.append((benchmark, family, primary, table.kinds[k], "+".join(members),
                          sum(time_of.get((benchmark, m), 0.0) for m in members),
                          spread_of.get((benchmark, primary), np.nan),
-                         status_of.get((benchmark, primary)) == "executed", agrees))
+                         status_of.get((benchmark, primary)) == "executed", agrees,
+                         not graph[primary].parents))
             features.append(table.features[k])
     frame = pd.DataFrame(rows, columns=["benchmark", "family", "kernel", "kind", "layers", "time_ms", "spread",
-                                        "measured", "agrees"])
+                                        "measured", "agrees", "reads_input"])
     return pd.concat([frame, pd.DataFrame(np.array(features).reshape(len(rows), len(FEATURES)), columns=list(FEATURES))],
                      axis=1)
 

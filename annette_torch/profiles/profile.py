@@ -9,6 +9,8 @@ Format ``annette_torch.profile`` version 1 (loading never executes code)::
       "fingerprint": {"backend": ..., "device": ..., "runtime_version": ...,
                       "threads": ..., "precision": ...},
       "overhead_ms": 0.0,                       # per inference, added once
+      "weight_bandwidth_bytes_s": 1.5e10,       # weights arrive from memory at this rate
+                                                # (optional; see layer_models.weights_from_memory)
       "mapping": [{"primary": "conv", "secondary": "relu", "result": "conv",
                    "condition": [{"layer": "secondary", "attr": "kernel_size",
                                   "op": "==", "value": 2}]}, ...],
@@ -60,6 +62,7 @@ class Profile:
     model_preference: tuple[str, ...] = ("roofline",)
     mapping: tuple[FusionRule, ...] = ()
     overhead_ms: float = 0.0
+    weight_bandwidth_bytes_s: float | None = None
     description: str = ""
     fit_metrics: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
@@ -84,7 +87,8 @@ class Profile:
         return {
             "format": FORMAT, "version": VERSION, "name": self.name,
             "description": self.description, "fingerprint": dict(self.fingerprint),
-            "overhead_ms": self.overhead_ms, "mapping": [r.to_dict() for r in self.mapping],
+            "overhead_ms": self.overhead_ms, "weight_bandwidth_bytes_s": self.weight_bandwidth_bytes_s,
+            "mapping": [r.to_dict() for r in self.mapping],
             "layer_models": {t: {k: m.to_dict() for k, m in models.items()}
                              for t, models in self.layer_models.items()},
             "model_preference": list(self.model_preference),
@@ -153,8 +157,13 @@ class Profile:
             raise fail("overhead_ms", f"expected a number, got {data.get('overhead_ms')!r}") from None
         if overhead < 0:
             raise fail("overhead_ms", "must not be negative")
+        bandwidth = data.get("weight_bandwidth_bytes_s")
+        if bandwidth is not None and (isinstance(bandwidth, bool) or not isinstance(bandwidth, (int, float))
+                                      or not bandwidth > 0):
+            raise fail("weight_bandwidth_bytes_s", f"expected a positive number or null, got {bandwidth!r}")
         return cls(name=str(data["name"]), fingerprint=dict(data["fingerprint"]), layer_models=models,
-                   model_preference=tuple(preference), mapping=tuple(rules), overhead_ms=overhead, description=str(data.get("description", "")),
+                   model_preference=tuple(preference), mapping=tuple(rules), overhead_ms=overhead,
+                   weight_bandwidth_bytes_s=None if bandwidth is None else float(bandwidth), description=str(data.get("description", "")),
                    fit_metrics=dict(data.get("fit_metrics") or {}), notes=list(data.get("notes") or []),
                    source=source)
 

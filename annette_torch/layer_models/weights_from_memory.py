@@ -1,0 +1,45 @@
+"""Weights that arrive from memory: the floor a real network puts under each kernel.
+
+A calibration benchmark runs one layer in a loop, so weights up to the size of the
+last-level cache stay cached from one inference to the next. Inside a real network the
+other layers' weights and activations evict them: every inference reads each kernel's
+weights from memory again. A batch-1 fully connected layer, which does two operations
+per weight, then takes its weight bytes over the memory bandwidth, several times its
+cached time (ResNet-18's 2 MB classifier: 0.04 ms cached, 0.14 ms in the network on
+OpenVINO CPU). :class:`WeightsFromMemory` wraps a kind's layer model with that floor:
+``time = max(model time, weight bytes / bandwidth_bytes_s)``; compute-bound kernels,
+whose weights load while they compute, are unaffected.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .base import COLUMN, LayerModel
+
+
+@dataclass
+class WeightsFromMemory(LayerModel):
+    """``inner``'s time, but at least the kernel's weight bytes / ``bandwidth_bytes_s``."""
+
+    inner: LayerModel
+    bandwidth_bytes_s: float
+    bit_weights: int = 32
+
+    @property
+    def type_name(self) -> str:     # what answered: the wrapped model's type
+        return self.inner.type_name
+
+    def weight_seconds(self, features: Any) -> Any:
+        """Seconds to read each kernel's weights from memory."""
+        return features[:, COLUMN["weight_elems"]] * (self.bit_weights / 8.0) / self.bandwidth_bytes_s
+
+    def predict(self, features: Any, xp: Any = np) -> tuple[Any, Any]:
+        seconds, compute = self.inner.predict(features, xp)
+        floor = self.weight_seconds(features)
+        return xp.maximum(seconds, floor), compute & (seconds >= floor)
+
+    def bytes_moved(self, features: Any) -> Any:
+        return self.inner.bytes_moved(features)
