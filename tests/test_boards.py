@@ -13,12 +13,14 @@ import stat
 import sys
 from pathlib import Path
 
+import onnx
 import pytest
 import torch
 from torch import nn
 
 from annette_torch.backends import BackendError, KernelRecord, get_backend
-from annette_torch.backends.ncs2 import (onnx_scopes, parse_benchmark_report, parse_detailed_counters,
+from annette_torch.backends.base import onnx_scopes
+from annette_torch.backends.ncs2 import (parse_benchmark_report, parse_detailed_counters,
                                          to_module_paths)
 from annette_torch.backends.ncs2 import parse_runner_report as parse_ncs2_report
 from annette_torch.backends.remote import BoardConfigError, Command, CommandFailed, ReportError, run_command
@@ -381,7 +383,7 @@ def test_ncs2_runner_report_to_matched_layers(tmp_path):
     export_onnx(model, shape, tmp_path / "model.onnx")
     kernels, end_to_end = parse_ncs2_report(fixture("ncs2_result_conv_chain.json"))
     assert end_to_end == [1.212, 1.198, 1.240, 1.205]
-    kernels = to_module_paths(kernels, onnx_scopes(tmp_path / "model.onnx"), paths)
+    kernels = to_module_paths(kernels, onnx_scopes(onnx.load(str(tmp_path / "model.onnx")).graph), paths)
     assert [(k.name, k.status, k.layers) for k in kernels] == [
         ("Receive-Tensor", "EXECUTED", ()), ("input@FP16", "EXECUTED", ()),
         ("/conv/Conv", "EXECUTED", ("conv", "act")), ("/act/Relu", "OPTIMIZED_OUT", ("act",)),

@@ -432,3 +432,6 @@ def test_onnx_scope_recovers_nested_module_paths():
     assert paths == {"stem.0", "stem.1", "block.0.0"}
     assert onnx_scope("/features/features.1/block/block.0/block.0.0/Conv") == "features.1.block.0.0"
     assert onnx_scope("/Constant") == "" and onnx_scope("Identity_3") == ""
+    # a child reached through a ModuleDict (no forward, so no scope of its own)
+    paths = {"cells", "cells.0", "cells.0.edges", "cells.0.edges.0_3", "cells.0.edges.0_3.0"}
+    assert onnx_scope("/cells/cells.0/0_3/0_3.0/Conv", paths) == "cells.0.edges.0_3.0"

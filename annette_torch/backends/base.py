@@ -17,7 +17,7 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Iterator, Sequence
+from typing import Any, Callable, ClassVar, Collection, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -155,23 +155,43 @@ class Profiled:
     latency: Latency
 
 
-def onnx_scope(node_name: str) -> str:
+def onnx_scope(node_name: str, module_paths: Collection[str] = ()) -> str:
     """Module path of an ONNX node exported by ``torch.onnx.export``: ``/block/conv/Conv``
     → ``block.conv``; ``""`` for nodes from the top-level forward (``/Constant``).
 
     The exporter names a container's children by their path relative to the previous
     scope, so ``/layer1/layer1.0/conv1/Conv`` is ``layer1.0.conv1`` and
     ``/features/features.1/block/block.0/block.0.0/Conv`` is ``features.1.block.0.0``.
+    Modules reached through a ``ModuleDict`` or ``ModuleList`` (which have no forward,
+    so no scope) leave a level out: with ``module_paths`` (the model's submodule paths)
+    ``/cells/cells.0/0_3/0_3.0/Conv`` is looked up as ``cells.0.edges.0_3.0``.
     """
     if not node_name.startswith("/"):
         return ""
-    path: list[str] = []        # module path so far, one entry per scope
+    path = last = ""
     for scope in node_name.strip("/").split("/")[:-1]:
-        if path and scope.startswith(path[-1] + "."):
-            path[-1] = scope        # a container's child, named relative to the scope above
+        if last and scope.startswith(last + "."):    # a container's child, named relative to it
+            parent = path[: len(path) - len(last)].rstrip(".")
         else:
-            path.append(scope)
-    return ".".join(path)
+            parent = path
+        candidate = f"{parent}.{scope}" if parent else scope
+        if module_paths and candidate not in module_paths:
+            prefix = f"{parent}." if parent else ""
+            found = [p for p in module_paths if p.startswith(prefix) and p.endswith("." + scope)]
+            candidate = min(found, key=len) if found else candidate
+        path, last = candidate, scope
+    return path
+
+
+def onnx_scopes(graph: Any, module_paths: Collection[str] = ()) -> dict[str, str]:
+    """Module path (:func:`onnx_scope`) of every node name and output tensor name of an
+    exported ONNX graph (``onnx.GraphProto``)."""
+    scope: dict[str, str] = {}
+    for node in graph.node:
+        scope[node.name] = onnx_scope(node.name, module_paths)
+        for output in node.output:
+            scope.setdefault(output, scope[node.name])
+    return scope
 
 
 def _scope_of(name: str, scope: dict[str, str]) -> str:
@@ -293,11 +313,7 @@ class OnnxBackend(Backend):
             with self.step("export"):
                 export_onnx(model, input_shape, path)
                 graph = onnx.load(str(path), load_external_data=False).graph
-            scope = {}
-            for node in graph.node:
-                scope[node.name] = onnx_scope(node.name)
-                for output in node.output:
-                    scope.setdefault(output, onnx_scope(node.name))
+            scope = onnx_scopes(graph, {name for name, _ in model.named_modules()})
             with self.step("run"):
                 kernels = self.profile_onnx(path, random_input(input_shape), warmup, repeats)
             known = set(layer_paths)

@@ -36,7 +36,7 @@ from typing import Any, Iterator, Sequence
 
 from torch import nn
 
-from .base import (Backend, BackendError, KernelRecord, Latency, Profiled, _scope_of, export_onnx, onnx_scope,
+from .base import (Backend, BackendError, KernelRecord, Latency, Profiled, _scope_of, export_onnx, onnx_scopes,
                    register_backend)
 from .remote import (BoardConfig, Command, CommandFailed, ReportError, run_command, runner_report, times_ms,
                      with_retries)
@@ -145,18 +145,6 @@ def parse_benchmark_report(text: str, source: str = "benchmark_report.csv") -> f
             except ValueError:
                 raise ReportError(f"{source}: latency {value!r} is not a number") from None
     raise ReportError(f"{source} has no 'latency (ms)' row under 'Execution results'")
-
-
-def onnx_scopes(path: str | os.PathLike) -> dict[str, str]:
-    """Module path of every node and output tensor name of the exported ONNX file."""
-    import onnx
-
-    scope = {}
-    for node in onnx.load(str(path), load_external_data=False).graph.node:
-        scope[node.name] = onnx_scope(node.name)
-        for output in node.output:
-            scope.setdefault(output, onnx_scope(node.name))
-    return scope
 
 
 def to_module_paths(kernels: Sequence[KernelRecord], scope: dict[str, str],
@@ -285,7 +273,10 @@ class Ncs2(Backend):
         with self.work_folder() as work:
             with self.step("export"):
                 export_onnx(model, input_shape, work / "model.onnx")
-                scope = onnx_scopes(work / "model.onnx")
+                import onnx
+
+                scope = onnx_scopes(onnx.load(str(work / "model.onnx"), load_external_data=False).graph,
+                                    {name for name, _ in model.named_modules()})
                 shutil.copy(RUNNER_SCRIPT, work / RUNNER_SCRIPT.name)
             command = self.run_command_for(work, warmup, repeats)
 
