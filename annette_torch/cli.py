@@ -7,7 +7,7 @@
                   [--precision P] [--minutes M] [--timeout S] [--warmup W] [--repeats R]
                   [--config FILE] [--dry-run] [--retry-failed]
     annette-torch stores DIR [--compact] [--by-family]
-    annette-torch fit --data STORE_DIR --out PROFILE_DIR [--name NAME] [--seed S] [--test-share F] [--first N]
+    annette-torch fit --data STORE_DIR --out PROFILE_DIR [--name NAME] [--seed S] [--test-share F] [--first N] [--sample N]
 """
 from __future__ import annotations
 
@@ -160,7 +160,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
     for folder in folders:
         print(f"fitting {folder}")
         profile = fit_profile(folder, name=args.name, seed=args.seed, test_share=args.test_share,
-                              first=args.first, progress=True)
+                              first=args.first, sample=args.sample, progress=True)
         print(format_report(profile.fit_metrics))
         path = profile.save(Path(args.out) / f"{profile.name}.json")
         print(f"wrote {path}\n")
@@ -224,6 +224,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="share of benchmarks held out to score the models (default 0.2)")
     fit.add_argument("--first", type=_positive_int,
                      help="fit on the store's first N benchmarks only (the store as it was; stores are append-only)")
+    fit.add_argument("--sample", type=_positive_int,
+                     help="fit on N benchmarks drawn at random (seeded by --seed): the learning curve's subsamples")
     fit.set_defaults(func=cmd_fit)
     return parser
 

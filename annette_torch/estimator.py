@@ -21,6 +21,7 @@ from torch import nn
 
 from .graph import LayerGraph, trace
 from .kinds import FEATURES
+from .layer_models.fused_layers import FusedLayers
 from .layer_models.weights_from_memory import WeightsFromMemory
 from .mapping import KernelTable, map_kernels
 from .profiles import Profile, load_profile
@@ -85,7 +86,7 @@ class Estimator:
 
     def kernel_table(self, graph: LayerGraph) -> KernelTable:
         """The kernels ``graph`` runs as on this target (cached on the graph)."""
-        return map_kernels(graph, self._rules)
+        return map_kernels(graph, self._rules, self.profile.folds_constants)
 
     def layer_model(self, kernel_kind: str) -> tuple[str, str, Any]:
         """(model type, profile entry, layer model) that answers ``kernel_kind``, with the
@@ -98,11 +99,23 @@ class Estimator:
             self._models[kernel_kind] = (type_name, entry, model)
         return self._models[kernel_kind]
 
+    def group_model(self, table: KernelTable, kind: str, rows: np.ndarray) -> Any:
+        """The layer model that predicts the kernels ``rows`` (all of kind ``kind``) of
+        ``table``: the kind's model, plus the profile's cost of the layers fused into
+        each of them (:mod:`annette_torch.layer_models.fused_layers`)."""
+        model = self.layer_model(kind)[2]
+        costs = self.profile.fused_cost_s_per_elem
+        if costs:
+            per_kernel = np.array([sum(costs.get(k, 0.0) for k in table.layer_kinds[r][1:]) for r in rows])
+            if per_kernel.any():
+                model = FusedLayers(model, per_kernel)
+        return model
+
     def model_groups(self, table: KernelTable) -> list[tuple[np.ndarray, Any]]:
         """(row indices, layer model) per kernel kind of ``table``, free kernels left out:
         what one vectorized prediction per kind needs."""
-        groups = [(rows[~table.free[rows]], self.layer_model(kind)[2]) for kind, rows in table.groups.items()]
-        return [(rows, model) for rows, model in groups if len(rows)]
+        groups = [(kind, rows[~table.free[rows]]) for kind, rows in table.groups.items()]
+        return [(rows, self.group_model(table, kind, rows)) for kind, rows in groups if len(rows)]
 
     def kernel_times(self, graph: LayerGraph) -> KernelTimes:
         """Map ``graph`` to kernels and predict each kernel's time."""
@@ -113,7 +126,8 @@ class Estimator:
         types = [""] * len(table)
         entries = [""] * len(table)
         for kind, rows in table.groups.items():
-            type_name, entry, model = self.layer_model(kind)
+            type_name, entry, _ = self.layer_model(kind)
+            model = self.group_model(table, kind, rows)
             feats = table.features[rows]
             seconds, compute = model.predict(feats)
             time_ms[rows] = seconds * 1e3

@@ -226,3 +226,45 @@ def test_profile_of_another_machine_warns_how_to_calibrate_this_one(tmp_path):
     message = str(mismatches[0].message)
     assert "Some Other CPU 9000" in message and "onnxruntime 0.1.0" in message
     assert "annette-torch calibrate --backend onnxruntime-cpu --threads 1" in message and "annette-torch fit" in message
+
+
+def _synthetic_profile(**fields):
+    from annette_torch.profiles import Profile
+
+    roof = RefinedRoofline(peak_ops_s=1e11, bandwidth_bytes_s=1e11)
+    return Profile(name="synthetic", fingerprint={"backend": "none", "device": "none", "runtime_version": "0",
+                                                  "threads": 1, "precision": "f32"},
+                   layer_models={"roofline": {"default": roof}}, **fields)
+
+
+def test_fused_layer_costs_add_per_output_element_of_their_kernel():
+    """conv + silu fused by a rule costs the conv's model time plus the profile's SiLU
+    cost per output element; conv + relu (no cost listed) costs the conv alone."""
+    from torch import nn
+
+    rules = (FusionRule("conv", "silu", "conv"), FusionRule("conv", "relu", "conv"))
+    costs = _synthetic_profile(mapping=rules, fused_cost_s_per_elem={"silu": 1e-9})
+    plain = _synthetic_profile(mapping=rules)
+    for act, extra_s in ((nn.SiLU(), 16 * 32 * 32 * 1e-9), (nn.ReLU(), 0.0)):
+        graph = trace(nn.Sequential(nn.Conv2d(8, 16, 3, padding=1), act), input_shape=(1, 8, 32, 32))
+        assert len(Estimator(costs).report(graph)) == 1               # one fused kernel
+        assert Estimator(costs)(graph) == pytest.approx(Estimator(plain)(graph) + extra_s * 1e3)
+
+
+def test_layers_computed_from_constants_are_free_on_targets_that_fold_them():
+    """A NAS-Bench-201 cell whose first node is zero: the ReLU-conv-BN edges reading that
+    node compute a constant. A profile that folds constants (compilers) does not charge
+    them; one that does not (eager PyTorch) does."""
+    from annette_torch.nas.nasbench201 import NB201Network
+
+    arch = "|none~0|+|nor_conv_3x3~0|nor_conv_3x3~1|+|skip_connect~0|nor_conv_3x3~1|nor_conv_3x3~2|"
+    graph = trace(NB201Network(arch, N=1), input_shape=(1, 3, 32, 32))
+    folded = [graph[name] for name in graph.folded]
+    assert {layer.kind for layer in folded} >= {"constant", "relu", "conv", "batch_norm"}
+    assert all(parent in graph.folded for layer in folded if layer.kind != "constant" for parent in layer.parents)
+    folding, eager = Estimator(_synthetic_profile(folds_constants=True)), Estimator(_synthetic_profile())
+    folded_convs = [layer for layer in folded if layer.kind == "conv"]
+    conv_s = sum(RefinedRoofline(1e11, 1e11).predict(graph.features[[graph.index[c.name] for c in folded_convs]])[0])
+    assert eager(graph) - folding(graph) >= conv_s * 1e3 * 0.999
+    report = folding.report(graph).set_index("kernel")
+    assert (report.loc[[layer.name for layer in folded], "bound"] == "free").all()

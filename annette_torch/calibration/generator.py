@@ -451,3 +451,20 @@ def window_attention(p: dict[str, Any]) -> tuple[nn.Module, tuple[int, ...]]:
     net = nn.Sequential()
     net.add_module("attn", ShiftedWindowAttention(p["c"], [p["k"], p["k"]], [shift, shift], p["groups"]))
     return net, (p["n"], p["h"], p["w"], p["c"])
+
+
+@family("conv_pool", ("h", "w", "c", "k", "op"), {"stride": 2},
+        lambda p: (2.0 * p["n"] * p["c"] ** 2 * p["h"] * p["w"], float(p["n"] * p["c"] * p["h"] * p["w"])))
+def conv_pool(p: dict[str, Any]) -> tuple[nn.Module, tuple[int, ...]]:
+    """A 1x1 conv, then max or average pooling (``op`` = max|avg) with window ``k``,
+    ``stride`` and padding ``(k - 1) // 2``: overlapping pools as ResNet's stem, GoogLeNet
+    and SqueezeNet have them, reading a conv's output as inside a network."""
+    if p["k"] > min(p["h"], p["w"]):
+        raise ValueError(f"pool window {p['k']} is larger than the input {p['h']}x{p['w']}")
+    pool = {"max": nn.MaxPool2d, "avg": nn.AvgPool2d}.get(p["op"])
+    if pool is None:
+        raise ValueError(f"conv_pool op must be max or avg, got {p['op']!r}")
+    net = nn.Sequential()
+    net.add_module("conv", nn.Conv2d(p["c"], p["c"], 1, bias=False))
+    net.add_module("pool", pool(p["k"], p["stride"], (p["k"] - 1) // 2))
+    return net, (p["n"], p["c"], p["h"], p["w"])

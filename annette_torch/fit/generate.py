@@ -21,7 +21,10 @@ Steps (each in its own module):
    another kernel's output when there are ``min_rows`` of them: inside a network such a
    layer reads what a conv wrote, in the layout the conv wrote it (OpenVINO's blocked
    channels), not the plain layout of a network input;
-6. the rate at which weights arrive from memory (:mod:`.weights`): in a real network a
+6. kinds are fitted on their plain kernels (nothing fused, or only batch norms folded
+   into the weights); the kernels with fused layers then give each fused layer kind's
+   cost per output element (:mod:`.fused`);
+7. the rate at which weights arrive from memory (:mod:`.weights`): in a real network a
    kernel's weights were evicted from the caches by the rest of the network since the
    last inference, so a kernel takes at least its weight bytes over that rate; fitted on
    the fully connected benchmarks whose weights outgrow the caches.
@@ -48,12 +51,13 @@ from ..kinds import FEATURES, PRODUCT_KINDS
 from ..layer_models import LayerModel, RefinedRoofline
 from ..mapping import FusionRule
 from ..profiles import Profile
+from .fused import costly_members, fit_fused_costs, is_plain
 from .kinds import KindFit, fit_kind, learner_errors, mape
 from .mapping import PairDecision, describe_rule, learn_rules, rule_accuracy
 from .overhead import Gap, fit_gap
 from .roofline import as_plain, fit_roofline
-from .weights import fit_weight_bandwidth
 from .table import StoreData, held_out, kernel_table, load_store, runtime_kernels_ms
+from .weights import fit_weight_bandwidth
 
 MODEL_TYPES = ("roofline", "refined_roofline", "statistical", "mixed")
 PREFERENCE = ("mixed", "statistical", "refined_roofline", "roofline")
@@ -71,6 +75,7 @@ class _Pass:
     fits: dict[str, KindFit]
     default: RefinedRoofline
     weight_bandwidth: tuple[float | None, dict]
+    fused_costs: tuple[dict[str, float], dict]
 
 
 def _weights(table: pd.DataFrame) -> np.ndarray:
@@ -97,16 +102,33 @@ def _fit_pass(data: StoreData, train: set[str], min_time_ms: float, max_spread: 
                      if kind not in PRODUCT_KINDS and (~group["reads_input"]).sum() >= min_rows}
     kernels = kernels[~(kernels["kind"].isin(context_kinds) & kernels["reads_input"])]
     rows = kernels[kernels["train"]]
+    plain = is_plain(rows)
     fits = {}
-    for kind, group in rows.groupby("kind"):
+    for kind, group in rows[plain].groupby("kind"):     # step 6: kinds on their plain kernels
         if len(group) >= min_rows:
             fits[kind] = fit_kind(*_xy(group, gap.scale), _weights(group), min_learned_rows, seed)
     # the default answers kinds without an entry: rarely products (those have entries)
-    others = rows[~rows["kind"].isin(PRODUCT_KINDS)]
-    basis = others if len(others) >= min_rows else rows
+    others = rows[plain & ~rows["kind"].isin(PRODUCT_KINDS)]
+    basis = others if len(others) >= min_rows else rows[plain]
     default = fit_roofline(*_xy(basis, gap.scale), _weights(basis))
+    fused = rows[~plain]
+    features, seconds = _xy(fused, gap.scale)
+    modelled = np.zeros(len(fused))
+    for kind, index in fused.groupby("kind").indices.items():
+        fit = fits.get(kind)
+        model = default if fit is None else fit.models[next(t for t in PREFERENCE if t in fit.models)]
+        modelled[index] = model.predict(features[index])[0]
     return _Pass(rules, decisions, gap, kernels, fits, default,
-                 fit_weight_bandwidth(rows, gap.scale, default.bit_weights))
+                 fit_weight_bandwidth(rows, gap.scale, default.bit_weights),
+                 fit_fused_costs(fused, modelled, seconds, min_rows))
+
+
+def _folds_constants(backend: str | None) -> bool:
+    """Whether the store's backend computes constant subgraphs once (compilers do, eager
+    PyTorch does not); unknown backends are taken not to."""
+    from ..backends import BACKENDS
+
+    return bool(getattr(BACKENDS.get(backend), "folds_constants", False))
 
 
 def _profile(name: str, data: StoreData, fitted: _Pass, fit_metrics: dict, notes: list[str]) -> Profile:
@@ -122,6 +144,7 @@ def _profile(name: str, data: StoreData, fitted: _Pass, fit_metrics: dict, notes
         name=name, fingerprint={**fp, "device": fp.get("cpu", fp.get("device", ""))}, layer_models=models,
         model_preference=tuple(t for t in PREFERENCE if t in models), mapping=fitted.rules,
         overhead_ms=fitted.gap.overhead_ms, weight_bandwidth_bytes_s=fitted.weight_bandwidth[0],
+        fused_cost_s_per_elem=fitted.fused_costs[0], folds_constants=_folds_constants(fp.get("backend")),
         description=(f"fitted on {len(data.networks)} benchmarks of {fp.get('backend')} {fp.get('runtime_version')}, "
                      f"{fp.get('threads')} thread(s), {fp.get('precision')}"),
         fit_metrics=fit_metrics, notes=notes)
@@ -129,15 +152,19 @@ def _profile(name: str, data: StoreData, fitted: _Pass, fit_metrics: dict, notes
 
 def _kernel_scores(profile: Profile, test: pd.DataFrame, scale: float) -> dict[str, Any]:
     """Per kind and overall: held-out kernel MAPE of each model type, each kernel
-    answered as the estimator would (the type's entry for the kind, else its fallback)."""
+    answered as the estimator would (the type's entry for the kind, else its fallback,
+    plus the cost of its fused layers)."""
     features, seconds = _xy(test, scale)
-    predicted = {t: np.zeros(len(test)) for t in profile.layer_models}
+    costs = profile.fused_cost_s_per_elem
+    fused = test["output_elems"].to_numpy() * np.array(
+        [sum(costs.get(k, 0.0) for k in costly_members(f)) for f in test["fused_kinds"]])
+    predicted = {t: fused.copy() for t in profile.layer_models}
     kinds = {}
     for kind, index in test.groupby("kind").indices.items():
         answered = {}
         for type_name in profile.layer_models:
             used, entry, model = profile.model_for(kind, type_name)
-            predicted[type_name][index] = model.predict(features[index])[0]
+            predicted[type_name][index] += model.predict(features[index])[0]
             answered[type_name] = used if entry == kind else f"{used} default"
         kinds[kind] = {"test_kernels": len(index), "answered_by": answered,
                        "mape": {t: mape(p[index], seconds[index]) for t, p in predicted.items()}}
@@ -201,15 +228,17 @@ NOTES = [
 def fit_profile(store_folder: str | os.PathLike, name: str | None = None, seed: int = 0,
                 test_share: float = 0.2, min_time_ms: float = 0.005, max_spread: float = 1.0,
                 min_rows: int = 3, min_learned_rows: int = 20, refit_all: bool = True,
-                first: int | None = None, progress: bool = False) -> Profile:
+                first: int | None = None, sample: int | None = None, progress: bool = False) -> Profile:
     """Fit a profile to a measurement store (see the module doc for every step).
 
     ``name`` defaults to the backend (``-<n>t`` added for more than one thread); the
     profile's fingerprint is the store's, with ``device`` set to its CPU model.
     ``first`` fits on the store's first benchmarks only (stores are append-only, so
-    this reproduces a fit of the store as it was, or subsamples it).
+    this reproduces a fit of the store as it was); ``sample`` fits on that many of them
+    drawn at random (seeded by ``seed``), as a campaign cut short by ``--minutes`` would
+    have measured them (campaigns run the sweep in a shuffled order).
     """
-    data = load_store(store_folder, first=first, progress=progress)
+    data = load_store(store_folder, first=first, sample=sample, seed=seed, progress=progress)
     if data.networks.empty:
         raise ValueError(f"{store_folder}: no successfully measured benchmarks to fit")
     fp = data.fingerprint
@@ -223,7 +252,7 @@ def fit_profile(store_folder: str | os.PathLike, name: str | None = None, seed: 
 
     held = _fit_pass(data, train_ids, **options)
     metrics: dict[str, Any] = {
-        "store": Path(store_folder).name, "store_fingerprint": dict(fp), "first_benchmarks": first,
+        "store": Path(store_folder).name, "store_fingerprint": dict(fp), "first_benchmarks": first, "sampled_benchmarks": sample,
         "split": {"seed": seed, "test_share": test_share, "train_benchmarks": len(train_ids),
                   "test_benchmarks": len(test_ids)},
         "kernel_filter": {"min_time_ms": min_time_ms, "max_spread": max_spread, "usable_kernels": len(held.kernels)},
@@ -233,6 +262,7 @@ def fit_profile(store_folder: str | os.PathLike, name: str | None = None, seed: 
     metrics.update(
         fitted_on="all benchmarks" if refit_all else "training benchmarks", gap=final.gap.to_dict(),
         weight_bandwidth=final.weight_bandwidth[1], weight_bandwidth_bytes_s=final.weight_bandwidth[0],
+        fused_costs={"s_per_elem": final.fused_costs[0], **final.fused_costs[1]},
         mapping={"rules": [describe_rule(r) for r in final.rules],
                  "pairs": [{"primary": d.primary, "secondary": d.secondary, "examples": d.examples,
                             "fused": d.fused, "decision": d.how, "errors": d.errors} for d in final.decisions]},
@@ -253,6 +283,15 @@ def _weight_line(summary: dict, bandwidth: float | None) -> str:
     return (f"weights from memory at {bandwidth / 1e9:.1f} GB/s (median of {summary['kernels']} fully connected "
             f"kernels with {summary['min_weight_bytes'] / 2 ** 20:.0f}-{summary['largest_weight_bytes'] / 2 ** 20:.0f} "
             f"MiB of weights)")
+
+
+def _fused_line(summary: dict) -> str:
+    costs = summary.get("s_per_elem") or {}
+    if not costs:
+        return "fused layers: no cost fitted"
+    listed = ", ".join(f"{kind} {cost * 1e12:.0f}" for kind, cost in sorted(costs.items(), key=lambda kv: -kv[1]))
+    return (f"fused layers, ps per output element: {listed} (fitted on {summary['kernels']} kernels with fused "
+            f"layers: their MAPE {_cell(summary['mape_without'])}% -> {_cell(summary['mape_with'])}%)")
 
 
 def format_report(metrics: dict) -> str:
@@ -296,5 +335,6 @@ def format_report(metrics: dict) -> str:
               f"(end-to-end MAPE of {gap['benchmarks']} benchmarks: {_cell(gap['mape_sum'])}% for the plain sum of "
               f"their kernels, {_cell(gap['mape_fit'])}% with overhead and scale)",
               _weight_line(metrics.get("weight_bandwidth", {}), metrics.get("weight_bandwidth_bytes_s")),
+              _fused_line(metrics.get("fused_costs", {})),
               "", "fusion rules:"] + [f"  {rule}" for rule in metrics["mapping"]["rules"] or ["(none)"]]
     return "\n".join(lines)

@@ -38,13 +38,17 @@ class StoreData:
     graphs: dict[str, LayerGraph]   # benchmark id -> traced network
 
 
-def load_store(folder, first: int | None = None, progress: bool = False) -> StoreData:
-    """Read a store folder (its ``first`` committed benchmarks, or all) and trace every
-    ok benchmark's network from its spec."""
+def load_store(folder, first: int | None = None, sample: int | None = None, seed: int = 0,
+               progress: bool = False) -> StoreData:
+    """Read a store folder (its ``first`` committed benchmarks, or all; then, with
+    ``sample``, that many of them drawn at random with ``seed``) and trace every ok
+    benchmark's network from its spec."""
     from ..calibration import load_measurements
 
     fingerprint, networks, layers = load_measurements(folder)
     networks = networks if first is None else networks.head(first)
+    if sample is not None and sample < len(networks):
+        networks = networks.sample(n=sample, random_state=seed).sort_index()
     ok = networks[networks["status"] == "ok"].set_index("benchmark", drop=False)
     graphs = {}
     items = ok["spec"].items()
@@ -84,7 +88,8 @@ def kernel_table(data: StoreData, rules: tuple[FusionRule, ...]) -> pd.DataFrame
     """One row per non-free kernel of every benchmark under ``rules``: benchmark, family,
     kernel (primary layer), kind, layers (``+``-joined), time_ms, spread (the primary's),
     measured (the primary was executed), agrees (see module doc), reads_input (the kernel
-    reads the network's input, not another kernel's output), then :data:`FEATURES`."""
+    reads the network's input, not another kernel's output), fused_kinds (the kinds of its
+    layers after the primary, ``+``-joined), then :data:`FEATURES`."""
     named = data.layers[data.layers["layer"] != ""]
     key = list(zip(named["benchmark"], named["layer"]))
     time_of = dict(zip(key, named["time_ms"].fillna(0.0)))
@@ -108,10 +113,10 @@ def kernel_table(data: StoreData, rules: tuple[FusionRule, ...]) -> pd.DataFrame
                          sum(time_of.get((benchmark, m), 0.0) for m in members),
                          spread_of.get((benchmark, primary), np.nan),
                          status_of.get((benchmark, primary)) == "executed", agrees,
-                         not graph[primary].parents))
+                         not graph[primary].parents, "+".join(table.layer_kinds[k][1:])))
             features.append(table.features[k])
     frame = pd.DataFrame(rows, columns=["benchmark", "family", "kernel", "kind", "layers", "time_ms", "spread",
-                                        "measured", "agrees", "reads_input"])
+                                        "measured", "agrees", "reads_input", "fused_kinds"])
     return pd.concat([frame, pd.DataFrame(np.array(features).reshape(len(rows), len(FEATURES)), columns=list(FEATURES))],
                      axis=1)
 

@@ -58,6 +58,19 @@ class LayerGraph:
     def __len__(self) -> int:
         return len(self.layers)
 
+    @property
+    def folded(self) -> frozenset[str]:
+        """Names of the layers computed from constants only: constant-kind layers
+        (``zeros_like``, ``full``) and every layer all of whose parents are such layers,
+        such as a conv applied to a NAS cell's zero node. Compilers fold them."""
+        if "folded" not in self._cache:
+            constant: set[str] = set()
+            for layer in self.layers:
+                if layer.kind == "constant" or (layer.parents and all(p in constant for p in layer.parents)):
+                    constant.add(layer.name)
+            self._cache["folded"] = frozenset(constant)
+        return self._cache["folded"]
+
     def __iter__(self) -> Iterator[Layer]:
         return iter(self.layers)
 

@@ -27,14 +27,22 @@ import numpy as np
 
 from .base import COLUMN
 
-#: Regression inputs: log1p of every kernel feature, plus log1p of the elements moved.
-REGRESSION_INPUTS: tuple[str, ...] = tuple(f"log_{name}" for name in COLUMN) + ("log_elems_moved",)
+#: Channel dimensions and vector widths whose utilisation is a regression input: CPU
+#: kernels compute channels in blocks of 8 or 16 (AVX2/AVX-512 registers of float32), so
+#: a kernel on 96 channels can run faster than one on 90.
+ALIGNMENTS: tuple[tuple[str, int], ...] = (("c", 8), ("c", 16), ("f", 8), ("f", 16))
+
+#: Regression inputs: log1p of every kernel feature, log1p of the elements moved, and the
+#: utilisation ``d / (ceil(d / v) * v)`` of each of :data:`ALIGNMENTS`.
+REGRESSION_INPUTS: tuple[str, ...] = (tuple(f"log_{name}" for name in COLUMN) + ("log_elems_moved",)
+                                      + tuple(f"{d}_use_{v}" for d, v in ALIGNMENTS))
 
 
 def regression_inputs(features: Any, xp: Any = np) -> Any:
     """The (kernels x :data:`REGRESSION_INPUTS`) matrix a regressor reads."""
     moved = features[:, COLUMN["input_elems"]] + features[:, COLUMN["output_elems"]] + features[:, COLUMN["weight_elems"]]
-    return xp.log1p(xp.concatenate([features, moved[:, None]], 1))
+    use = [features[:, COLUMN[d]] / (xp.ceil(features[:, COLUMN[d]] / v) * v) for d, v in ALIGNMENTS]
+    return xp.concatenate([xp.log1p(xp.concatenate([features, moved[:, None]], 1)), xp.stack(use, 1)], 1)
 
 
 def _check_inputs(data: dict) -> None:

@@ -35,6 +35,7 @@ class KernelTable:
     names: list[str]                 # the primary layer's name
     kinds: list[str]                 # kernel kind: a layer kind or a rule's result
     layers: list[tuple[str, ...]]    # the layers each kernel absorbed, primary first
+    layer_kinds: list[tuple[str, ...]]  # their kinds
     fusion: list[str]                # "not-fused", "fused" or "possibly-fused"
     free: np.ndarray                 # bool: a free kernel costs nothing (views, identity)
     features: np.ndarray             # (kernels x FEATURES)
@@ -44,16 +45,18 @@ class KernelTable:
         return len(self.names)
 
 
-def map_kernels(graph: LayerGraph, rules: tuple[FusionRule, ...]) -> KernelTable:
-    """Kernel table of ``graph`` under ``rules``; cached on the graph per rule set."""
-    key = ("kernels", rules)
+def map_kernels(graph: LayerGraph, rules: tuple[FusionRule, ...], fold_constants: bool = False) -> KernelTable:
+    """Kernel table of ``graph`` under ``rules``; with ``fold_constants`` the layers that
+    compute only from constants (:attr:`LayerGraph.folded`) are free kernels, as a
+    compiler that folds constants runs them once at compile time. Cached on the graph."""
+    key = ("kernels", rules, fold_constants)
     cached = graph._cache.get(key)
     if cached is None:
-        cached = graph._cache[key] = _map(graph, rules)
+        cached = graph._cache[key] = _map(graph, rules, graph.folded if fold_constants else frozenset())
     return cached
 
 
-def _map(graph: LayerGraph, rules: tuple[FusionRule, ...]) -> KernelTable:
+def _map(graph: LayerGraph, rules: tuple[FusionRule, ...], folded: frozenset[str]) -> KernelTable:
     by_pair: dict[tuple[str, str], list[FusionRule]] = {}
     for rule in rules:
         by_pair.setdefault((rule.primary, rule.secondary), []).append(rule)
@@ -68,7 +71,7 @@ def _map(graph: LayerGraph, rules: tuple[FusionRule, ...]) -> KernelTable:
     rows: list[np.ndarray] = []
     for i, layer in enumerate(graph.layers):
         target = None
-        if layer.kind in secondaries and not layer.free:
+        if layer.kind in secondaries and not layer.free and layer.name not in folded:
             candidates = []
             for parent in layer.parents:
                 k = kernel_of[parent]
@@ -104,10 +107,12 @@ def _map(graph: LayerGraph, rules: tuple[FusionRule, ...]) -> KernelTable:
     groups: dict[str, list[int]] = {}
     for k, kind in enumerate(kinds):
         groups.setdefault(kind, []).append(k)
-    free = np.array([len(m) == 1 and graph.layers[m[0]].free for m in members], dtype=bool)
+    free = np.array([len(m) == 1 and (graph.layers[m[0]].free or graph.layers[m[0]].name in folded)
+                     for m in members], dtype=bool)
     return KernelTable(
         names=names, kinds=kinds,
         layers=[tuple(graph.layers[j].name for j in m) for m in members],
+        layer_kinds=[tuple(graph.layers[j].kind for j in m) for m in members],
         fusion=fusion, free=free,
         features=np.array(rows, dtype=np.float64).reshape(len(rows), len(FEATURES)),
         groups={kind: np.array(idx, dtype=np.intp) for kind, idx in groups.items()},

@@ -66,7 +66,7 @@ class SignatureCache:
         vectorized call per kind) and remembered. Equals ``estimator(graph)`` minus the
         profile's per-inference overhead."""
         table = self.estimator.kernel_table(graph)
-        keys = [(kind, row.tobytes()) for kind, row in zip(table.kinds, table.features)]
+        keys = [(kind, fused[1:], row.tobytes()) for kind, fused, row in zip(table.kinds, table.layer_kinds, table.features)]
         missing = [i for i, key in enumerate(keys) if key not in self.kernels and not table.free[i]]
         self.kernel_misses += len(missing)
         self.kernel_hits += len(keys) - len(missing) - int(table.free.sum())
@@ -74,7 +74,7 @@ class SignatureCache:
         for i in missing:
             by_kind.setdefault(table.kinds[i], []).append(i)
         for kind, rows in by_kind.items():
-            _, _, model = self.estimator.layer_model(kind)
+            model = self.estimator.group_model(table, kind, np.array(rows))
             seconds, _ = model.predict(table.features[rows])
             for i, s in zip(rows, np.atleast_1d(seconds)):
                 self.kernels[keys[i]] = float(s) * 1e3

@@ -11,6 +11,10 @@ Format ``annette_torch.profile`` version 1 (loading never executes code)::
       "overhead_ms": 0.0,                       # per inference, added once
       "weight_bandwidth_bytes_s": 1.5e10,       # weights arrive from memory at this rate
                                                 # (optional; see layer_models.weights_from_memory)
+      "fused_cost_s_per_elem": {"silu": 2e-10},  # per output element, per fused layer kind
+                                                # (optional; see layer_models.fused_layers)
+      "folds_constants": true,                  # the target computes constant subgraphs once
+                                                # (optional, default false; LayerGraph.folded)
       "mapping": [{"primary": "conv", "secondary": "relu", "result": "conv",
                    "condition": [{"layer": "secondary", "attr": "kernel_size",
                                   "op": "==", "value": 2}]}, ...],
@@ -63,6 +67,8 @@ class Profile:
     mapping: tuple[FusionRule, ...] = ()
     overhead_ms: float = 0.0
     weight_bandwidth_bytes_s: float | None = None
+    fused_cost_s_per_elem: dict[str, float] = field(default_factory=dict)
+    folds_constants: bool = False
     description: str = ""
     fit_metrics: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
@@ -88,6 +94,8 @@ class Profile:
             "format": FORMAT, "version": VERSION, "name": self.name,
             "description": self.description, "fingerprint": dict(self.fingerprint),
             "overhead_ms": self.overhead_ms, "weight_bandwidth_bytes_s": self.weight_bandwidth_bytes_s,
+            "fused_cost_s_per_elem": dict(self.fused_cost_s_per_elem),
+            "folds_constants": self.folds_constants,
             "mapping": [r.to_dict() for r in self.mapping],
             "layer_models": {t: {k: m.to_dict() for k, m in models.items()}
                              for t, models in self.layer_models.items()},
@@ -161,9 +169,18 @@ class Profile:
         if bandwidth is not None and (isinstance(bandwidth, bool) or not isinstance(bandwidth, (int, float))
                                       or not bandwidth > 0):
             raise fail("weight_bandwidth_bytes_s", f"expected a positive number or null, got {bandwidth!r}")
+        folds = data.get("folds_constants", False)
+        if not isinstance(folds, bool):
+            raise fail("folds_constants", f"expected true or false, got {folds!r}")
+        fused_costs = data.get("fused_cost_s_per_elem") or {}
+        if not isinstance(fused_costs, dict) or not all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 for v in fused_costs.values()):
+            raise fail("fused_cost_s_per_elem", f"expected an object of layer kind -> seconds >= 0, got {fused_costs!r}")
         return cls(name=str(data["name"]), fingerprint=dict(data["fingerprint"]), layer_models=models,
                    model_preference=tuple(preference), mapping=tuple(rules), overhead_ms=overhead,
-                   weight_bandwidth_bytes_s=None if bandwidth is None else float(bandwidth), description=str(data.get("description", "")),
+                   weight_bandwidth_bytes_s=None if bandwidth is None else float(bandwidth),
+                   fused_cost_s_per_elem={str(k): float(v) for k, v in fused_costs.items()},
+                   folds_constants=folds, description=str(data.get("description", "")),
                    fit_metrics=dict(data.get("fit_metrics") or {}), notes=list(data.get("notes") or []),
                    source=source)
 

@@ -1,0 +1,54 @@
+"""Fitting the cost of the layers a runtime fuses into a kernel after its primary layer
+(see :mod:`annette_torch.layer_models.fused_layers` for how estimates use it).
+
+Kernel kinds are fitted on their *plain* kernels: those that absorbed nothing, or only
+layers the exporter folds into the weights (:data:`FOLDED`). The other kernels then
+tell what each fused layer kind adds: per kernel,
+
+    measured - model(kernel) = output elements * sum over its fused layers of cost[kind]
+
+solved by non-negative least squares on errors relative to the measured time, over the
+fused layer kinds seen in at least ``min_rows`` kernels. A kind whose layers cost
+nothing when fused (a ReLU as a conv's post-op) gets zero.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from scipy.optimize import nnls
+
+#: layer kinds the ONNX export folds into the preceding conv's weights: free when fused
+FOLDED = frozenset({"batch_norm"})
+
+
+def costly_members(fused_kinds: str) -> list[str]:
+    """The fused layer kinds (``+``-joined, primary excluded) that may cost time."""
+    return [k for k in fused_kinds.split("+") if k and k not in FOLDED]
+
+
+def is_plain(kernels: pd.DataFrame) -> np.ndarray:
+    """Bool per kernel: it absorbed no layer that may cost time of its own."""
+    return np.array([not costly_members(f) for f in kernels["fused_kinds"]], dtype=bool)
+
+
+def fit_fused_costs(kernels: pd.DataFrame, model_seconds: np.ndarray, measured_seconds: np.ndarray,
+                    min_rows: int = 5) -> tuple[dict[str, float], dict]:
+    """(seconds per output element per fused layer kind, summary) from ``kernels`` (the
+    kernel table's rows with fused layers), their ``model_seconds`` (the kind models'
+    predictions) and ``measured_seconds``."""
+    members = [costly_members(f) for f in kernels["fused_kinds"]]
+    counts = pd.Series([k for m in members for k in set(m)]).value_counts()
+    kinds = sorted(counts[counts >= min_rows].index)
+    if not kinds:
+        return {}, {"kernels": 0}
+    use = np.array([bool(m) and set(m) <= set(kinds) for m in members])
+    elems = kernels["output_elems"].to_numpy()[use]
+    measured, modelled = measured_seconds[use], model_seconds[use]
+    design = np.array([[m.count(k) for k in kinds] for m, u in zip(members, use) if u], dtype=float)
+    design *= (elems / measured)[:, None]
+    cost, _ = nnls(design, (measured - modelled) / measured)
+    after = modelled + design @ cost * measured
+    return ({k: float(c) for k, c in zip(kinds, cost)},
+            {"kernels": int(use.sum()), "kernels_per_kind": {k: int(counts[k]) for k in kinds},
+             "mape_without": float(100 * np.mean(np.abs(modelled - measured) / measured)),
+             "mape_with": float(100 * np.mean(np.abs(after - measured) / measured))})

@@ -1,0 +1,40 @@
+"""The cost of the layers fused into a kernel after its primary layer.
+
+A runtime that fuses a SiLU or GELU into a conv still computes an exponential or an
+error function per output element; fused ReLUs and batch norms (folded into the weights
+at export) cost next to nothing. The layer models of a kernel kind are fitted on kernels
+without such costs, and the profile's ``fused_cost_s_per_elem`` holds, per fused layer
+kind, the seconds per output element it adds (:mod:`annette_torch.fit.fused`).
+:class:`FusedLayers` adds them: ``time = model time + output elements * sum of the
+fused layers' costs``, with one summed cost per kernel row.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .base import COLUMN, LayerModel
+
+
+@dataclass
+class FusedLayers(LayerModel):
+    """``inner``'s time plus ``seconds_per_elem[row]`` times each row's output elements;
+    the rows given to :meth:`predict` are the kernels ``seconds_per_elem`` was built for."""
+
+    inner: LayerModel
+    seconds_per_elem: np.ndarray
+
+    @property
+    def type_name(self) -> str:     # what answered: the wrapped model's type
+        return self.inner.type_name
+
+    def predict(self, features: Any, xp: Any = np) -> tuple[Any, Any]:
+        seconds, compute = self.inner.predict(features, xp)
+        cost = self.seconds_per_elem if xp is np else xp.as_tensor(self.seconds_per_elem, dtype=features.dtype,
+                                                                    device=features.device)
+        return seconds + features[:, COLUMN["output_elems"]] * cost, compute
+
+    def bytes_moved(self, features: Any) -> Any:
+        return self.inner.bytes_moved(features)
