@@ -86,7 +86,7 @@ class Estimator:
 
     def kernel_table(self, graph: LayerGraph) -> KernelTable:
         """The kernels ``graph`` runs as on this target (cached on the graph)."""
-        return map_kernels(graph, self._rules, self.profile.folds_constants)
+        return map_kernels(graph, self._rules, self.profile.optimizes_graph)
 
     def layer_model(self, kernel_kind: str) -> tuple[str, str, Any]:
         """(model type, profile entry, layer model) that answers ``kernel_kind``, with the

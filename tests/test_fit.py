@@ -262,9 +262,32 @@ def test_layers_computed_from_constants_are_free_on_targets_that_fold_them():
     folded = [graph[name] for name in graph.folded]
     assert {layer.kind for layer in folded} >= {"constant", "relu", "conv", "batch_norm"}
     assert all(parent in graph.folded for layer in folded if layer.kind != "constant" for parent in layer.parents)
-    folding, eager = Estimator(_synthetic_profile(folds_constants=True)), Estimator(_synthetic_profile())
+    folding, eager = Estimator(_synthetic_profile(optimizes_graph=True)), Estimator(_synthetic_profile())
     folded_convs = [layer for layer in folded if layer.kind == "conv"]
     conv_s = sum(RefinedRoofline(1e11, 1e11).predict(graph.features[[graph.index[c.name] for c in folded_convs]])[0])
     assert eager(graph) - folding(graph) >= conv_s * 1e3 * 0.999
     report = folding.report(graph).set_index("kernel")
     assert (report.loc[[layer.name for layer in folded], "bound"] == "free").all()
+
+
+def test_repeated_parameter_free_layers_are_computed_once_by_graph_compilers():
+    """Two 3x3 average pools of one tensor (a NAS cell's node feeding two pool edges):
+    a compiler computes the second once; eager PyTorch runs both."""
+    from torch import nn
+
+    class TwoPools(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = nn.Conv2d(8, 8, 1)
+            self.pool1, self.pool2 = nn.AvgPool2d(3, 1, 1), nn.AvgPool2d(3, 1, 1)
+            self.pool3 = nn.AvgPool2d(3, 2, 1)        # other attributes: a different layer
+
+        def forward(self, x):
+            y = self.conv(x)
+            return self.pool1(y) + self.pool2(y), self.pool3(y)
+
+    graph = trace(TwoPools(), input_shape=(1, 8, 16, 16))
+    assert graph.folded == {"pool2"}
+    compiled, eager = Estimator(_synthetic_profile(optimizes_graph=True)), Estimator(_synthetic_profile())
+    pool_s = RefinedRoofline(1e11, 1e11).predict(graph.features[[graph.index["pool2"]]])[0][0]
+    assert eager(graph) - compiled(graph) == pytest.approx(pool_s * 1e3)

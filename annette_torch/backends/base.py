@@ -215,7 +215,7 @@ class Backend:
     name: ClassVar[str] = ""
     precisions: ClassVar[tuple[str, ...]] = ("f32",)      # the first is the default
     benchmark_timeout_s: ClassVar[float] = 120.0          # a calibration benchmark taking longer has hung
-    folds_constants: ClassVar[bool] = True                # its compiler computes constant subgraphs once
+    optimizes_graph: ClassVar[bool] = True                # its compiler folds constants, merges repeats
 
     def __init__(self, threads: int = 1, precision: str | None = None) -> None:
         precision = self.precisions[0] if precision is None else precision

@@ -44,7 +44,7 @@ class TorchCpu(Backend):
     measurement (the previous thread count is restored afterwards)."""
 
     name = "torch-cpu"
-    folds_constants = False     # eager mode runs every op of every call
+    optimizes_graph = False     # eager mode runs every op of every call
     device = "cpu"
 
     def runtime_version(self) -> str:

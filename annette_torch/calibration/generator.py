@@ -468,3 +468,33 @@ def conv_pool(p: dict[str, Any]) -> tuple[nn.Module, tuple[int, ...]]:
     net.add_module("conv", nn.Conv2d(p["c"], p["c"], 1, bias=False))
     net.add_module("pool", pool(p["k"], p["stride"], (p["k"] - 1) // 2))
     return net, (p["n"], p["c"], p["h"], p["w"])
+
+
+class _BranchSum(nn.Module):
+    def __init__(self, c: int, terms: list[str], act: bool) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(c, c, 1, bias=False)
+        self.branches = nn.ModuleList(
+            nn.AvgPool2d(3, 1, 1, count_include_pad=False) if t == "avgpool" else nn.Identity() for t in terms)
+        self.adds = nn.ModuleList(Eltwise("add") for _ in terms[1:])
+        self.act = nn.ReLU() if act else nn.Identity()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.conv(x)
+        total = self.branches[0](y)
+        for branch, add in zip(self.branches[1:], self.adds):
+            total = add(total, branch(y))
+        return self.act(total)
+
+
+@family("branch_sum", ("h", "w", "c", "op"), {},
+        lambda p: (2.0 * p["n"] * p["c"] ** 2 * p["h"] * p["w"], float(p["n"] * p["c"] * p["h"] * p["w"])))
+def branch_sum(p: dict[str, Any]) -> tuple[nn.Module, tuple[int, ...]]:
+    """A 1x1 conv, then the sum of branches of its output, as a NAS cell's node sums its
+    edges: ``op`` lists the branches joined by ``+`` (``avgpool``: 3x3 average pooling,
+    stride 1; ``skip``: identity), optionally ending in ``-relu``, e.g. ``avgpool+skip-relu``."""
+    terms, _, act = p["op"].partition("-")
+    branches = terms.split("+")
+    if len(branches) < 2 or any(t not in ("avgpool", "skip") for t in branches) or act not in ("", "relu"):
+        raise ValueError(f"branch_sum op must be 2+ of avgpool/skip joined by '+', optionally '-relu'; got {p['op']!r}")
+    return _BranchSum(p["c"], branches, act == "relu"), (p["n"], p["c"], p["h"], p["w"])

@@ -93,7 +93,7 @@ def _fit_pass(data: StoreData, train: set[str], min_time_ms: float, max_spread: 
     rules, decisions = learn_rules(data, train)
     fitted = data.networks.index.isin(train)
     gap = fit_gap(data.networks["time_ms"].to_numpy()[fitted], data.networks["layers_sum_ms"].to_numpy()[fitted])
-    table = kernel_table(data, rules)
+    table = kernel_table(data, rules, _optimizes_graph(data.fingerprint.get("backend")))
     keep = (table["measured"] & table["agrees"] & (table["time_ms"] >= min_time_ms)
             & ~(table["spread"] > max_spread))
     kernels = table[keep].assign(train=lambda t: t["benchmark"].isin(train))
@@ -123,12 +123,13 @@ def _fit_pass(data: StoreData, train: set[str], min_time_ms: float, max_spread: 
                  fit_fused_costs(fused, modelled, seconds, min_rows))
 
 
-def _folds_constants(backend: str | None) -> bool:
-    """Whether the store's backend computes constant subgraphs once (compilers do, eager
-    PyTorch does not); unknown backends are taken not to."""
+def _optimizes_graph(backend: str | None) -> bool:
+    """Whether the store's backend compiles the whole graph, folding constant subgraphs
+    and merging repeated layers (compilers do, eager PyTorch does not); unknown backends
+    are taken not to."""
     from ..backends import BACKENDS
 
-    return bool(getattr(BACKENDS.get(backend), "folds_constants", False))
+    return bool(getattr(BACKENDS.get(backend), "optimizes_graph", False))
 
 
 def _profile(name: str, data: StoreData, fitted: _Pass, fit_metrics: dict, notes: list[str]) -> Profile:
@@ -144,7 +145,7 @@ def _profile(name: str, data: StoreData, fitted: _Pass, fit_metrics: dict, notes
         name=name, fingerprint={**fp, "device": fp.get("cpu", fp.get("device", ""))}, layer_models=models,
         model_preference=tuple(t for t in PREFERENCE if t in models), mapping=fitted.rules,
         overhead_ms=fitted.gap.overhead_ms, weight_bandwidth_bytes_s=fitted.weight_bandwidth[0],
-        fused_cost_s_per_elem=fitted.fused_costs[0], folds_constants=_folds_constants(fp.get("backend")),
+        fused_cost_s_per_elem=fitted.fused_costs[0], optimizes_graph=_optimizes_graph(fp.get("backend")),
         description=(f"fitted on {len(data.networks)} benchmarks of {fp.get('backend')} {fp.get('runtime_version')}, "
                      f"{fp.get('threads')} thread(s), {fp.get('precision')}"),
         fit_metrics=fit_metrics, notes=notes)
@@ -253,6 +254,7 @@ def fit_profile(store_folder: str | os.PathLike, name: str | None = None, seed: 
     held = _fit_pass(data, train_ids, **options)
     metrics: dict[str, Any] = {
         "store": Path(store_folder).name, "store_fingerprint": dict(fp), "first_benchmarks": first, "sampled_benchmarks": sample,
+        "measuring_s": float(data.networks["wall_s"].fillna(0.0).sum()),
         "split": {"seed": seed, "test_share": test_share, "train_benchmarks": len(train_ids),
                   "test_benchmarks": len(test_ids)},
         "kernel_filter": {"min_time_ms": min_time_ms, "max_spread": max_spread, "usable_kernels": len(held.kernels)},

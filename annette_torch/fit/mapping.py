@@ -7,7 +7,8 @@ executed layer whose kernel ran A (A itself, or the layer A was fused into: a Ba
 folded into its conv at export counts as fused, so conv -> bn -> relu is two examples
 with P = conv). The label is whether the target ran B in P's kernel too; a residual add
 the matcher calls ``possibly-fused`` counts by where the add actually went. Edges
-touching an optimized-out layer say nothing about fusion and are skipped.
+touching an optimized-out layer, or a layer a graph compiler removes
+(:attr:`~annette_torch.graph.LayerGraph.folded`), say nothing about fusion and are skipped.
 
 Per (P kind, B kind) pair:
 
@@ -53,10 +54,12 @@ def fusion_examples(data: StoreData, benchmarks=None) -> pd.DataFrame:
         if benchmarks is not None and benchmark not in benchmarks:
             continue
         children = graph.children
+        folded = graph.folded        # constant or repeated layers: a compiler removes them, nothing fuses
         for layer in graph.layers:
-            if layer.free:
+            if layer.free or layer.name in folded:
                 continue
-            parents = [p for p in layer.parents if children[p] == [layer.name] and not graph[p].free]
+            parents = [p for p in layer.parents if children[p] == [layer.name] and not graph[p].free
+                       and p not in folded]
             if not parents:
                 continue
             parent = max(parents, key=graph.index.__getitem__)

@@ -84,10 +84,11 @@ def layer_groups(layers: pd.DataFrame) -> dict[tuple[str, str], str]:
     return groups
 
 
-def kernel_table(data: StoreData, rules: tuple[FusionRule, ...]) -> pd.DataFrame:
+def kernel_table(data: StoreData, rules: tuple[FusionRule, ...], optimize_graph: bool = False) -> pd.DataFrame:
     """One row per non-free kernel of every benchmark under ``rules``: benchmark, family,
     kernel (primary layer), kind, layers (``+``-joined), time_ms, spread (the primary's),
-    measured (the primary was executed), agrees (see module doc), reads_input (the kernel
+    measured (the primary was executed), agrees (see module doc; with ``optimize_graph``
+    the benchmarks are mapped as :func:`map_kernels` does for a graph compiler), reads_input (the kernel
     reads the network's input, not another kernel's output), fused_kinds (the kinds of its
     layers after the primary, ``+``-joined), then :data:`FEATURES`."""
     named = data.layers[data.layers["layer"] != ""]
@@ -97,12 +98,13 @@ def kernel_table(data: StoreData, rules: tuple[FusionRule, ...]) -> pd.DataFrame
     status_of = dict(zip(key, named["status"]))
     groups = layer_groups(data.layers)
     group_size: dict[tuple[str, str], int] = {}
-    for (benchmark, _), primary in groups.items():
-        group_size[(benchmark, primary)] = group_size.get((benchmark, primary), 0) + 1
+    for (benchmark, layer), primary in groups.items():
+        if not (optimize_graph and layer in data.graphs[benchmark].folded):   # merged away, not fused
+            group_size[(benchmark, primary)] = group_size.get((benchmark, primary), 0) + 1
 
     rows, features = [], []
     for benchmark, graph in data.graphs.items():
-        table = map_kernels(graph, rules)
+        table = map_kernels(graph, rules, optimize_graph)
         family = data.networks.at[benchmark, "family"]
         for k in np.flatnonzero(~table.free):
             members = table.layers[k]

@@ -60,15 +60,24 @@ class LayerGraph:
 
     @property
     def folded(self) -> frozenset[str]:
-        """Names of the layers computed from constants only: constant-kind layers
-        (``zeros_like``, ``full``) and every layer all of whose parents are such layers,
-        such as a conv applied to a NAS cell's zero node. Compilers fold them."""
+        """Names of the layers a graph compiler removes: those computed from constants
+        only (constant-kind layers such as ``zeros_like``, and every layer all of whose
+        parents are such layers: a conv applied to a NAS cell's zero node), and repeats of
+        a parameter-free layer, the same op with the same attributes on the same inputs
+        (two 3x3 average pools of one tensor are computed once)."""
         if "folded" not in self._cache:
-            constant: set[str] = set()
+            removed: set[str] = set()
+            seen: set[tuple] = set()
             for layer in self.layers:
-                if layer.kind == "constant" or (layer.parents and all(p in constant for p in layer.parents)):
-                    constant.add(layer.name)
-            self._cache["folded"] = frozenset(constant)
+                if layer.kind == "constant" or (layer.parents and all(p in removed for p in layer.parents)):
+                    removed.add(layer.name)
+                    continue
+                if layer.counts.weight_elems == 0 and layer.parents and not layer.free:
+                    key = (layer.kind, layer.op, layer.parents, layer.input_shapes, repr(sorted(layer.attrs.items())))
+                    if key in seen:
+                        removed.add(layer.name)
+                    seen.add(key)
+            self._cache["folded"] = frozenset(removed)
         return self._cache["folded"]
 
     def __iter__(self) -> Iterator[Layer]:

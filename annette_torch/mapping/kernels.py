@@ -45,14 +45,14 @@ class KernelTable:
         return len(self.names)
 
 
-def map_kernels(graph: LayerGraph, rules: tuple[FusionRule, ...], fold_constants: bool = False) -> KernelTable:
-    """Kernel table of ``graph`` under ``rules``; with ``fold_constants`` the layers that
-    compute only from constants (:attr:`LayerGraph.folded`) are free kernels, as a
-    compiler that folds constants runs them once at compile time. Cached on the graph."""
-    key = ("kernels", rules, fold_constants)
+def map_kernels(graph: LayerGraph, rules: tuple[FusionRule, ...], optimize_graph: bool = False) -> KernelTable:
+    """Kernel table of ``graph`` under ``rules``; with ``optimize_graph`` the layers a
+    graph compiler removes (:attr:`LayerGraph.folded`: constant subgraphs, repeated
+    parameter-free layers) are free kernels. Cached on the graph."""
+    key = ("kernels", rules, optimize_graph)
     cached = graph._cache.get(key)
     if cached is None:
-        cached = graph._cache[key] = _map(graph, rules, graph.folded if fold_constants else frozenset())
+        cached = graph._cache[key] = _map(graph, rules, graph.folded if optimize_graph else frozenset())
     return cached
 
 

@@ -13,8 +13,9 @@ Format ``annette_torch.profile`` version 1 (loading never executes code)::
                                                 # (optional; see layer_models.weights_from_memory)
       "fused_cost_s_per_elem": {"silu": 2e-10},  # per output element, per fused layer kind
                                                 # (optional; see layer_models.fused_layers)
-      "folds_constants": true,                  # the target computes constant subgraphs once
-                                                # (optional, default false; LayerGraph.folded)
+      "optimizes_graph": true,                  # the target folds constant subgraphs and computes
+                                                # repeated parameter-free layers once (optional,
+                                                # default false; LayerGraph.folded)
       "mapping": [{"primary": "conv", "secondary": "relu", "result": "conv",
                    "condition": [{"layer": "secondary", "attr": "kernel_size",
                                   "op": "==", "value": 2}]}, ...],
@@ -68,7 +69,7 @@ class Profile:
     overhead_ms: float = 0.0
     weight_bandwidth_bytes_s: float | None = None
     fused_cost_s_per_elem: dict[str, float] = field(default_factory=dict)
-    folds_constants: bool = False
+    optimizes_graph: bool = False
     description: str = ""
     fit_metrics: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
@@ -95,7 +96,7 @@ class Profile:
             "description": self.description, "fingerprint": dict(self.fingerprint),
             "overhead_ms": self.overhead_ms, "weight_bandwidth_bytes_s": self.weight_bandwidth_bytes_s,
             "fused_cost_s_per_elem": dict(self.fused_cost_s_per_elem),
-            "folds_constants": self.folds_constants,
+            "optimizes_graph": self.optimizes_graph,
             "mapping": [r.to_dict() for r in self.mapping],
             "layer_models": {t: {k: m.to_dict() for k, m in models.items()}
                              for t, models in self.layer_models.items()},
@@ -169,9 +170,9 @@ class Profile:
         if bandwidth is not None and (isinstance(bandwidth, bool) or not isinstance(bandwidth, (int, float))
                                       or not bandwidth > 0):
             raise fail("weight_bandwidth_bytes_s", f"expected a positive number or null, got {bandwidth!r}")
-        folds = data.get("folds_constants", False)
+        folds = data.get("optimizes_graph", False)
         if not isinstance(folds, bool):
-            raise fail("folds_constants", f"expected true or false, got {folds!r}")
+            raise fail("optimizes_graph", f"expected true or false, got {folds!r}")
         fused_costs = data.get("fused_cost_s_per_elem") or {}
         if not isinstance(fused_costs, dict) or not all(
                 isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 for v in fused_costs.values()):
@@ -180,7 +181,7 @@ class Profile:
                    model_preference=tuple(preference), mapping=tuple(rules), overhead_ms=overhead,
                    weight_bandwidth_bytes_s=None if bandwidth is None else float(bandwidth),
                    fused_cost_s_per_elem={str(k): float(v) for k, v in fused_costs.items()},
-                   folds_constants=folds, description=str(data.get("description", "")),
+                   optimizes_graph=folds, description=str(data.get("description", "")),
                    fit_metrics=dict(data.get("fit_metrics") or {}), notes=list(data.get("notes") or []),
                    source=source)
 
