@@ -17,16 +17,21 @@ optimistic) and each layer-model type of the profile with (``+map``) and without
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
+import fcntl
+import hashlib
 import io
 import json
 import os
+import sys
+import tempfile
 import time
 import warnings
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 import pandas as pd
@@ -134,31 +139,47 @@ def _append_row(path: Path, row: dict) -> None:
         os.close(descriptor)
 
 
+@contextlib.contextmanager
+def measuring_lock(root: str | os.PathLike) -> Iterator[None]:
+    """Hold a lock (in the temp dir, one per results root) while measuring, so two runs never
+    measure at once on this machine; a second run waits, saying so."""
+    digest = hashlib.sha1(str(Path(root).resolve()).encode()).hexdigest()[:8]
+    with open(Path(tempfile.gettempdir()) / f"annette_accuracy_{digest}.lock", "w") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"another run is measuring into {root}; waiting for it to finish", file=sys.stderr, flush=True)
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
 def measure_networks(backend, nets: list[Network], root: str | os.PathLike = RESULTS_ROOT, warmup: int = 5,
                      repeats: int = 25, remeasure: bool = False) -> tuple[pd.DataFrame, Path, list[str]]:
     """Measure ``nets`` not yet in the results folder of ``backend`` (all with ``remeasure``),
-    appending a row after each. Returns (rows of ``nets``, the CSV path, failure messages)."""
-    folder = results_folder(root, backend.fingerprint())
-    path = folder / "measured.csv"
-    previous = read_measured(folder)
-    done = set() if remeasure else set(zip(previous["set"], previous["network"]))
-    failures = []
-    for net in tqdm([n for n in nets if (n.set, n.name) not in done], desc="measure", unit="net"):
-        model = net.build()
-        if not getattr(model, "depends_on_input", True):
-            failures.append(f"{net.set}/{net.name}: the output does not depend on the input (a none edge on every "
-                            f"path through the cell); runtimes fold it to a constant, there is nothing to measure")
-            continue
-        try:
-            latency = backend.measure(model, net.input_shape, warmup=warmup, repeats=repeats)
-        except BackendError as error:
-            failures.append(f"{net.set}/{net.name}: {error}")
-            continue
-        p10, p90 = np.percentile(latency.runs_ms, [10, 90])
-        _append_row(path, {"set": net.set, "network": net.name, "input_shape": "x".join(map(str, net.input_shape)),
-                           "median_ms": f"{latency.median_ms:.6g}", "p10_ms": f"{p10:.6g}", "p90_ms": f"{p90:.6g}",
-                           "spread": f"{latency.spread:.4f}", "repeats": len(latency.runs_ms),
-                           "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds")})
+    appending a row after each, under :func:`measuring_lock`. Returns (rows of ``nets``, the
+    CSV path, failure messages)."""
+    with measuring_lock(root):
+        folder = results_folder(root, backend.fingerprint())
+        path = folder / "measured.csv"
+        previous = read_measured(folder)
+        done = set() if remeasure else set(zip(previous["set"], previous["network"]))
+        failures = []
+        for net in tqdm([n for n in nets if (n.set, n.name) not in done], desc="measure", unit="net"):
+            model = net.build()
+            if not getattr(model, "depends_on_input", True):
+                failures.append(f"{net.set}/{net.name}: the output does not depend on the input (a none edge on every "
+                                f"path through the cell); runtimes fold it to a constant, there is nothing to measure")
+                continue
+            try:
+                latency = backend.measure(model, net.input_shape, warmup=warmup, repeats=repeats)
+            except BackendError as error:
+                failures.append(f"{net.set}/{net.name}: {error}")
+                continue
+            p10, p90 = np.percentile(latency.runs_ms, [10, 90])
+            _append_row(path, {"set": net.set, "network": net.name, "input_shape": "x".join(map(str, net.input_shape)),
+                               "median_ms": f"{latency.median_ms:.6g}", "p10_ms": f"{p10:.6g}", "p90_ms": f"{p90:.6g}",
+                               "spread": f"{latency.spread:.4f}", "repeats": len(latency.runs_ms),
+                               "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds")})
     measured = read_measured(folder)
     wanted = {(n.set, n.name) for n in nets}
     keep = [key in wanted for key in zip(measured["set"], measured["network"])]

@@ -2,6 +2,7 @@
 import importlib.util
 import json
 import sys
+import threading
 from pathlib import Path
 
 import pandas as pd
@@ -107,6 +108,19 @@ def test_networks_computing_a_constant_are_not_measured(tmp_path):
     rows, _, failures = accuracy.measure_networks(backend, nets, tmp_path, repeats=20)
     assert rows.empty and backend.calls == []
     assert len(failures) == 1 and "does not depend on the input" in failures[0]
+
+
+def test_a_second_run_waits_for_the_one_measuring(tmp_path, capsys):
+    backend = FakeBackend()
+    with accuracy.measuring_lock(tmp_path):
+        second = threading.Thread(target=accuracy.measure_networks, args=(backend, _nets(), tmp_path),
+                                  kwargs={"repeats": 20})
+        second.start()
+        second.join(0.5)
+        assert second.is_alive() and backend.calls == []
+    second.join(10)
+    assert not second.is_alive() and backend.calls == ["small", "tiny"]
+    assert "waiting for it to finish" in capsys.readouterr().err
 
 
 def test_refuses_a_folder_of_another_fingerprint(tmp_path):
