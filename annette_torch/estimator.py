@@ -102,13 +102,12 @@ class Estimator:
     def group_model(self, table: KernelTable, kind: str, rows: np.ndarray) -> Any:
         """The layer model that predicts the kernels ``rows`` (all of kind ``kind``) of
         ``table``: the kind's model, plus the profile's cost of the layers fused into
-        each of them (:mod:`annette_torch.layer_models.fused_layers`)."""
+        each of them and its per-kernel overhead (:mod:`annette_torch.layer_models.fused_layers`)."""
         model = self.layer_model(kind)[2]
         costs = self.profile.fused_cost_s_per_elem
-        if costs:
-            per_kernel = np.array([sum(costs.get(k, 0.0) for k in table.layer_kinds[r][1:]) for r in rows])
-            if per_kernel.any():
-                model = FusedLayers(model, per_kernel)
+        per_elem = np.array([sum(costs.get(k, 0.0) for k in table.layer_kinds[r][1:]) for r in rows])
+        if per_elem.any() or self.profile.kernel_overhead_ms:
+            model = FusedLayers(model, per_elem, self.profile.kernel_overhead_ms / 1e3)
         return model
 
     def model_groups(self, table: KernelTable) -> list[tuple[np.ndarray, Any]]:

@@ -92,7 +92,7 @@ def _fit_pass(data: StoreData, train: set[str], min_time_ms: float, max_spread: 
     """Rules, gap and layer models fitted on the benchmarks in ``train``."""
     rules, decisions = learn_rules(data, train)
     fitted = data.networks.index.isin(train)
-    gap = fit_gap(data.networks["time_ms"].to_numpy()[fitted], data.networks["layers_sum_ms"].to_numpy()[fitted])
+    gap = fit_gap(*(data.networks[c].to_numpy()[fitted] for c in ("time_ms", "layers_sum_ms", "kernels")))
     table = kernel_table(data, rules, _optimizes_graph(data.fingerprint.get("backend")))
     keep = (table["measured"] & table["agrees"] & (table["time_ms"] >= min_time_ms)
             & ~(table["spread"] > max_spread))
@@ -144,7 +144,7 @@ def _profile(name: str, data: StoreData, fitted: _Pass, fit_metrics: dict, notes
     return Profile(
         name=name, fingerprint={**fp, "device": fp.get("cpu", fp.get("device", ""))}, layer_models=models,
         model_preference=tuple(t for t in PREFERENCE if t in models), mapping=fitted.rules,
-        overhead_ms=fitted.gap.overhead_ms, weight_bandwidth_bytes_s=fitted.weight_bandwidth[0],
+        overhead_ms=fitted.gap.overhead_ms, kernel_overhead_ms=fitted.gap.kernel_ms, weight_bandwidth_bytes_s=fitted.weight_bandwidth[0],
         fused_cost_s_per_elem=fitted.fused_costs[0], optimizes_graph=_optimizes_graph(fp.get("backend")),
         description=(f"fitted on {len(data.networks)} benchmarks of {fp.get('backend')} {fp.get('runtime_version')}, "
                      f"{fp.get('threads')} thread(s), {fp.get('precision')}"),
@@ -184,7 +184,8 @@ def _network_scores(profile: Profile, data: StoreData, test_ids: list[str], scal
     measured = networks["time_ms"].to_numpy()
     inserted = scale * runtime_kernels_ms(data).loc[test_ids].to_numpy()
     long = measured >= long_ms
-    estimates = {"measured kernels": profile.overhead_ms + scale * networks["layers_sum_ms"].to_numpy()}
+    estimates = {"measured kernels": (profile.overhead_ms + scale * networks["layers_sum_ms"].to_numpy()
+                                      + profile.kernel_overhead_ms * networks["kernels"].to_numpy())}
     for mapping in (True, False):
         for type_name in profile.layer_models:
             # a benchmark runs in a loop: its weights stay cached, no weights-from-memory floor
@@ -333,9 +334,9 @@ def format_report(metrics: dict) -> str:
                      f"{_cell(nets['mape_long'][key]):>10} / {_cell(nets['mape_long'].get(no_mapping))}")
     gap = metrics["gap"]
     lines += ["", f"fusion decisions right on held-out edges: {_cell(100 * held['mapping_accuracy'])}%",
-              f"overhead {gap['overhead_ms']:.4f} ms per inference, scale {gap['scale']:.3f} on kernel times "
-              f"(end-to-end MAPE of {gap['benchmarks']} benchmarks: {_cell(gap['mape_sum'])}% for the plain sum of "
-              f"their kernels, {_cell(gap['mape_fit'])}% with overhead and scale)",
+              f"overhead {gap['overhead_ms']:.4f} ms per inference and {1e3 * gap.get('kernel_ms', 0.0):+.2f} us per "
+              f"kernel, scale {gap['scale']:.3f} on kernel times (end-to-end MAPE of {gap['benchmarks']} benchmarks: "
+              f"{_cell(gap['mape_sum'])}% for the plain sum of their kernels, {_cell(gap['mape_fit'])}% with these)",
               _weight_line(metrics.get("weight_bandwidth", {}), metrics.get("weight_bandwidth_bytes_s")),
               _fused_line(metrics.get("fused_costs", {})),
               "", "fusion rules:"] + [f"  {rule}" for rule in metrics["mapping"]["rules"] or ["(none)"]]

@@ -1,4 +1,5 @@
-"""The cost of the layers fused into a kernel after its primary layer.
+"""What a kernel costs beyond its kind's layer model: the layers fused into it after its
+primary layer, and the profile's per-kernel overhead.
 
 A runtime that fuses a SiLU or GELU into a conv still computes an exponential or an
 error function per output element; fused ReLUs and batch norms (folded into the weights
@@ -6,7 +7,10 @@ at export) cost next to nothing. The layer models of a kernel kind are fitted on
 without such costs, and the profile's ``fused_cost_s_per_elem`` holds, per fused layer
 kind, the seconds per output element it adds (:mod:`annette_torch.fit.fused`).
 :class:`FusedLayers` adds them: ``time = model time + output elements * sum of the
-fused layers' costs``, with one summed cost per kernel row.
+fused layers' costs + kernel_s``, with one summed cost per kernel row. ``kernel_s`` is
+the profile's ``kernel_overhead_ms`` (:mod:`annette_torch.fit.overhead`): dispatch
+between kernels, or, when negative, what the runtime's profiler added to every kernel
+time the models were fitted to; a kernel never drops below half its model time.
 """
 from __future__ import annotations
 
@@ -20,11 +24,13 @@ from .base import COLUMN, LayerModel
 
 @dataclass
 class FusedLayers(LayerModel):
-    """``inner``'s time plus ``seconds_per_elem[row]`` times each row's output elements;
-    the rows given to :meth:`predict` are the kernels ``seconds_per_elem`` was built for."""
+    """``inner``'s time plus ``seconds_per_elem[row]`` times each row's output elements
+    plus ``kernel_s``; the rows given to :meth:`predict` are the kernels
+    ``seconds_per_elem`` was built for."""
 
     inner: LayerModel
     seconds_per_elem: np.ndarray
+    kernel_s: float = 0.0
 
     @property
     def type_name(self) -> str:     # what answered: the wrapped model's type
@@ -34,7 +40,10 @@ class FusedLayers(LayerModel):
         seconds, compute = self.inner.predict(features, xp)
         cost = self.seconds_per_elem if xp is np else xp.as_tensor(self.seconds_per_elem, dtype=features.dtype,
                                                                     device=features.device)
-        return seconds + features[:, COLUMN["output_elems"]] * cost, compute
+        total = seconds + features[:, COLUMN["output_elems"]] * cost
+        if self.kernel_s:
+            total = xp.maximum(total + self.kernel_s, 0.5 * total)
+        return total, compute
 
     def bytes_moved(self, features: Any) -> Any:
         return self.inner.bytes_moved(features)

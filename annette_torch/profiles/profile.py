@@ -9,6 +9,8 @@ Format ``annette_torch.profile`` version 1 (loading never executes code)::
       "fingerprint": {"backend": ..., "device": ..., "runtime_version": ...,
                       "threads": ..., "precision": ...},
       "overhead_ms": 0.0,                       # per inference, added once
+      "kernel_overhead_ms": 0.0,                # per executed kernel (may be negative: what
+                                                # the profiler added to each kernel's time)
       "weight_bandwidth_bytes_s": 1.5e10,       # weights arrive from memory at this rate
                                                 # (optional; see layer_models.weights_from_memory)
       "fused_cost_s_per_elem": {"silu": 2e-10},  # per output element, per fused layer kind
@@ -35,6 +37,7 @@ of them that has a ``default`` (as in ANNETTE, the roofline is always the fallba
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -67,6 +70,7 @@ class Profile:
     model_preference: tuple[str, ...] = ("roofline",)
     mapping: tuple[FusionRule, ...] = ()
     overhead_ms: float = 0.0
+    kernel_overhead_ms: float = 0.0
     weight_bandwidth_bytes_s: float | None = None
     fused_cost_s_per_elem: dict[str, float] = field(default_factory=dict)
     optimizes_graph: bool = False
@@ -94,7 +98,8 @@ class Profile:
         return {
             "format": FORMAT, "version": VERSION, "name": self.name,
             "description": self.description, "fingerprint": dict(self.fingerprint),
-            "overhead_ms": self.overhead_ms, "weight_bandwidth_bytes_s": self.weight_bandwidth_bytes_s,
+            "overhead_ms": self.overhead_ms, "kernel_overhead_ms": self.kernel_overhead_ms,
+            "weight_bandwidth_bytes_s": self.weight_bandwidth_bytes_s,
             "fused_cost_s_per_elem": dict(self.fused_cost_s_per_elem),
             "optimizes_graph": self.optimizes_graph,
             "mapping": [r.to_dict() for r in self.mapping],
@@ -166,6 +171,9 @@ class Profile:
             raise fail("overhead_ms", f"expected a number, got {data.get('overhead_ms')!r}") from None
         if overhead < 0:
             raise fail("overhead_ms", "must not be negative")
+        per_kernel = data.get("kernel_overhead_ms", 0.0)
+        if isinstance(per_kernel, bool) or not isinstance(per_kernel, (int, float)) or not math.isfinite(per_kernel):
+            raise fail("kernel_overhead_ms", f"expected a number, got {per_kernel!r}")
         bandwidth = data.get("weight_bandwidth_bytes_s")
         if bandwidth is not None and (isinstance(bandwidth, bool) or not isinstance(bandwidth, (int, float))
                                       or not bandwidth > 0):
@@ -179,6 +187,7 @@ class Profile:
             raise fail("fused_cost_s_per_elem", f"expected an object of layer kind -> seconds >= 0, got {fused_costs!r}")
         return cls(name=str(data["name"]), fingerprint=dict(data["fingerprint"]), layer_models=models,
                    model_preference=tuple(preference), mapping=tuple(rules), overhead_ms=overhead,
+                   kernel_overhead_ms=float(per_kernel),
                    weight_bandwidth_bytes_s=None if bandwidth is None else float(bandwidth),
                    fused_cost_s_per_elem={str(k): float(v) for k, v in fused_costs.items()},
                    optimizes_graph=folds, description=str(data.get("description", "")),
