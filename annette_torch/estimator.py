@@ -1,6 +1,6 @@
 """The estimator: trace -> mapping model -> layer models -> total time in milliseconds.
 
-    est = Estimator("ncs2-myriad")
+    est = Estimator()                    # the default profile, openvino-cpu; or Estimator("ncs2-myriad")
     ms = est(model, input_shape=(1, 3, 224, 224))
     table = est.report(model, input_shape=(1, 3, 224, 224))
 
@@ -27,7 +27,7 @@ from .mapping import KernelTable, map_kernels
 from .profiles import Profile, load_profile
 from .profiles import check_machine
 
-DEFAULT_PROFILE = "ncs2-myriad"
+DEFAULT_PROFILE = "openvino-cpu"   # OpenVINO CPU, 1 thread, f32: calibrated on this project's machine
 
 
 class UnknownKindWarning(UserWarning):

@@ -31,7 +31,7 @@ def timed(fn, repeats: int) -> tuple[float, float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="resnet50,mobilenet_v2,vit_b_16")
-    parser.add_argument("--profiles", default="ncs2-myriad,zcu102-dpu")
+    parser.add_argument("--profiles", default="openvino-cpu,ncs2-myriad,zcu102-dpu")
     parser.add_argument("--repeats", type=int, default=21)
     args = parser.parse_args()
     torch.set_num_threads(1)

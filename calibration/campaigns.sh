@@ -6,8 +6,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 calibrate() { annette-torch calibrate --out calibration/data "$@"; }
 
+# The full sweep grew by appended rows (context families, big fully connected layers,
+# small kernels, branch sums); rerunning it measures only what a store lacks.
 calibrate --backend openvino-cpu    --sweep full  --threads 1
 calibrate --backend openvino-cpu    --sweep quick --threads 2
+calibrate --backend openvino-cpu    --sweep full  --threads 2 --minutes 10   # 1,542 of its benchmarks
 calibrate --backend onnxruntime-cpu --sweep quick --threads 1
 calibrate --backend torch-cpu       --sweep quick --threads 1
 calibrate --backend onnxruntime-cpu --sweep full  --threads 1

@@ -45,7 +45,7 @@ from annette_torch import Estimator
 from annette_torch.backends import available_backends, cpu_model, get_backend
 from annette_torch.estimator import DEFAULT_PROFILE
 from annette_torch.nas import BlockCost, MobileNetV2Space, SignatureCache, StageChoice
-from annette_torch.profiles import builtin_names
+from annette_torch.profiles.fingerprint import mismatch
 
 Arch = tuple[StageChoice, ...]
 SMOKE = {"resolution": 96, "cycles": 300, "population": 24, "sample": 6, "top": 3,
@@ -167,11 +167,13 @@ def print_header(args: argparse.Namespace, estimator: Estimator, budget: Budget)
     print(f"objective: {goal}; bounds: {budget.bounds()}")
     print(f"predicted: profile {estimator.profile.name!r} ({device}); measured: {args.measure_backend}, "
           f"1 thread, on {cpu_model()}")
-    if estimator.profile.name in builtin_names():
-        print("The built-in profiles describe the NCS2 and ZCU102 boards, not this CPU: absolute predicted "
-              "and measured times differ; compare the ranking (a CPU profile: --profile path.json).")
+    fingerprint = estimator.profile.fingerprint
+    if fingerprint.get("backend") == args.measure_backend and not mismatch(estimator.profile):
+        print("The profile was calibrated with this backend on this CPU: predicted and measured times are "
+              "comparable in absolute terms.")
     else:
-        print("Absolute times are comparable only if this profile was calibrated on this CPU and backend.")
+        print(f"The profile describes {fingerprint.get('backend')} on {device}, not {args.measure_backend} on this "
+              "CPU: absolute predicted and measured times differ; compare the ranking.")
 
 
 def print_search(search: Search, seconds: float, top: list[Candidate]) -> None:

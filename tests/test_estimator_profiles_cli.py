@@ -185,7 +185,7 @@ def test_cli_python_file_factory(tmp_path, capsys):
 def test_cli_profiles_lists_fingerprints(capsys):
     assert cli_main(["profiles"]) == 0
     out = capsys.readouterr().out
-    assert "zcu102-dpu" in out and "ncs2-myriad (default)" in out and "backend=" in out
+    assert "zcu102-dpu" in out and "openvino-cpu (default)" in out and "backend=" in out
 
 
 def test_save_is_atomic_readable_and_leaves_no_temporary_files(tmp_path):
