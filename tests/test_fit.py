@@ -272,7 +272,8 @@ def test_layers_computed_from_constants_are_free_on_targets_that_fold_them():
 
 def test_repeated_parameter_free_layers_are_computed_once_by_graph_compilers():
     """Two 3x3 average pools of one tensor (a NAS cell's node feeding two pool edges):
-    a compiler computes the second once; eager PyTorch runs both."""
+    a compiler computes the pool once, and what reads the repeat still runs; eager
+    PyTorch runs both pools."""
     from torch import nn
 
     class TwoPools(nn.Module):
@@ -281,13 +282,46 @@ def test_repeated_parameter_free_layers_are_computed_once_by_graph_compilers():
             self.conv = nn.Conv2d(8, 8, 1)
             self.pool1, self.pool2 = nn.AvgPool2d(3, 1, 1), nn.AvgPool2d(3, 1, 1)
             self.pool3 = nn.AvgPool2d(3, 2, 1)        # other attributes: a different layer
+            self.conv2 = nn.Conv2d(8, 8, 1)           # reads the repeat: computed, from the first pool
 
         def forward(self, x):
             y = self.conv(x)
-            return self.pool1(y) + self.pool2(y), self.pool3(y)
+            repeat = self.pool2(y)
+            return self.pool1(y) + repeat, self.pool3(y), self.conv2(repeat)
 
     graph = trace(TwoPools(), input_shape=(1, 8, 16, 16))
-    assert graph.folded == {"pool2"}
+    assert graph.folded == {"pool1"}        # pool2 ran first in forward; pool1 repeats it
     compiled, eager = Estimator(_synthetic_profile(optimizes_graph=True)), Estimator(_synthetic_profile())
-    pool_s = RefinedRoofline(1e11, 1e11).predict(graph.features[[graph.index["pool2"]]])[0][0]
+    pool_s = RefinedRoofline(1e11, 1e11).predict(graph.features[[graph.index["pool1"]]])[0][0]
     assert eager(graph) - compiled(graph) == pytest.approx(pool_s * 1e3)
+
+
+RECORDED = Path(__file__).parent / "fixtures" / "fit_torch_cpu_quick_held_out.json"
+
+
+def held_out_summary(metrics: dict) -> dict:
+    """The held-out errors a fit reports (what ``tests/fixtures`` records)."""
+    held = metrics["held_out"]
+    flat = {f"all kernels / {t}": v for t, v in held["all_kernels_mape"].items()}
+    flat.update({f"networks / {t}": v for t, v in held["networks"]["mape"].items()})
+    flat.update({f"{kind} / {t}": v for kind, info in held["kinds"].items() for t, v in info.get("mape", {}).items()})
+    flat["mapping accuracy"] = held["mapping_accuracy"]
+    return flat
+
+
+def test_fit_on_committed_quick_data_reproduces_its_recorded_held_out_errors(fitted):
+    """The torch-cpu quick sweep, fitted again, scores exactly what was recorded when the
+    fitting method last changed on purpose (re-record with
+    ``python tests/test_fit.py --record`` after such a change, and say why in the commit)."""
+    profile, _ = fitted
+    recorded = json.loads(RECORDED.read_text())
+    assert held_out_summary(profile.fit_metrics) == pytest.approx(recorded, rel=1e-6, nan_ok=True)
+
+
+if __name__ == "__main__":
+    import sys
+
+    if sys.argv[1:] == ["--record"]:
+        profile = fit_profile(TORCH_STORE, first=QUICK)
+        RECORDED.write_text(json.dumps(held_out_summary(profile.fit_metrics), indent=1, sort_keys=True) + "\n")
+        print(f"recorded {RECORDED}")

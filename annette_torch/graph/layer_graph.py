@@ -66,18 +66,20 @@ class LayerGraph:
         a parameter-free layer, the same op with the same attributes on the same inputs
         (two 3x3 average pools of one tensor are computed once)."""
         if "folded" not in self._cache:
-            removed: set[str] = set()
-            seen: set[tuple] = set()
+            constant: set[str] = set()
+            same_as: dict[str, str] = {}        # a repeated layer -> the first one computing it
+            first: dict[tuple, str] = {}
             for layer in self.layers:
-                if layer.kind == "constant" or (layer.parents and all(p in removed for p in layer.parents)):
-                    removed.add(layer.name)
-                    continue
-                if layer.counts.weight_elems == 0 and layer.parents and not layer.free:
-                    key = (layer.kind, layer.op, layer.parents, layer.input_shapes, repr(sorted(layer.attrs.items())))
-                    if key in seen:
-                        removed.add(layer.name)
-                    seen.add(key)
-            self._cache["folded"] = frozenset(removed)
+                if layer.kind == "constant" or (layer.parents and all(p in constant for p in layer.parents)):
+                    constant.add(layer.name)
+                elif layer.counts.weight_elems == 0 and layer.parents and not layer.free:
+                    inputs = tuple(same_as.get(p, p) for p in layer.parents)
+                    key = (layer.kind, layer.op, inputs, layer.input_shapes, repr(sorted(layer.attrs.items())))
+                    if key in first:
+                        same_as[layer.name] = first[key]
+                    else:
+                        first[key] = layer.name
+            self._cache["folded"] = frozenset(constant | same_as.keys())
         return self._cache["folded"]
 
     def __iter__(self) -> Iterator[Layer]:
