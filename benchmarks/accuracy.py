@@ -3,7 +3,7 @@ latency measured on this machine (a benchmark: prints tables, asserts nothing).
 
     python benchmarks/accuracy.py --backend openvino-cpu --threads 1 --profile PROFILE \
         [--sets zoo,nb201] [--models a,b] [--nb201 50] [--warmup 5 --repeats 25] \
-        [--remeasure] [--plot FILE.png] [--json FILE]
+        [--remeasure] [--rounds 3] [--plot FILE.png] [--json FILE]
 
 Sets: ``zoo`` (22 torchvision models, batch 1, default resolution) and ``nb201``
 (NAS-Bench-201 cells sampled with seed 201, input 1x3x32x32). Measurements are kept in
@@ -153,33 +153,53 @@ def measuring_lock(root: str | os.PathLike) -> Iterator[None]:
         yield
 
 
+def _row(net: Network, latencies: list) -> dict:
+    """The results row of ``net`` from its rounds: median of the rounds' medians; p10, p90
+    and spread of all runs pooled."""
+    runs = np.concatenate([latency.runs_ms for latency in latencies])
+    median = float(np.median([latency.median_ms for latency in latencies]))
+    p10, p90 = np.percentile(runs, [10, 90])
+    return {"set": net.set, "network": net.name, "input_shape": "x".join(map(str, net.input_shape)),
+            "median_ms": f"{median:.6g}", "p10_ms": f"{p10:.6g}", "p90_ms": f"{p90:.6g}",
+            "spread": f"{(p90 - p10) / median:.4f}", "repeats": len(runs),
+            "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+
+
 def measure_networks(backend, nets: list[Network], root: str | os.PathLike = RESULTS_ROOT, warmup: int = 5,
-                     repeats: int = 25, remeasure: bool = False) -> tuple[pd.DataFrame, Path, list[str]]:
-    """Measure ``nets`` not yet in the results folder of ``backend`` (all with ``remeasure``),
-    appending a row after each, under :func:`measuring_lock`. Returns (rows of ``nets``, the
-    CSV path, failure messages)."""
+                     repeats: int = 25, remeasure: bool = False,
+                     rounds: int = 1) -> tuple[pd.DataFrame, Path, list[str]]:
+    """Measure ``nets`` not yet in the results folder of ``backend`` (all with ``remeasure``)
+    under :func:`measuring_lock`, in ``rounds`` passes over all of them (on a shared machine
+    a slow minute then hits one round of many networks, not all runs of one), appending a
+    network's row after its last round. Returns (rows of ``nets``, the CSV path, failure
+    messages)."""
     with measuring_lock(root):
         folder = results_folder(root, backend.fingerprint())
         path = folder / "measured.csv"
         previous = read_measured(folder)
         done = set() if remeasure else set(zip(previous["set"], previous["network"]))
         failures = []
-        for net in tqdm([n for n in nets if (n.set, n.name) not in done], desc="measure", unit="net"):
-            model = net.build()
-            if not getattr(model, "depends_on_input", True):
+        todo = []
+        for net in [n for n in nets if (n.set, n.name) not in done]:
+            if getattr(net.build(), "depends_on_input", True):
+                todo.append(net)
+            else:
                 failures.append(f"{net.set}/{net.name}: the output does not depend on the input (a none edge on every "
                                 f"path through the cell); runtimes fold it to a constant, there is nothing to measure")
-                continue
-            try:
-                latency = backend.measure(model, net.input_shape, warmup=warmup, repeats=repeats)
-            except BackendError as error:
-                failures.append(f"{net.set}/{net.name}: {error}")
-                continue
-            p10, p90 = np.percentile(latency.runs_ms, [10, 90])
-            _append_row(path, {"set": net.set, "network": net.name, "input_shape": "x".join(map(str, net.input_shape)),
-                               "median_ms": f"{latency.median_ms:.6g}", "p10_ms": f"{p10:.6g}", "p90_ms": f"{p90:.6g}",
-                               "spread": f"{latency.spread:.4f}", "repeats": len(latency.runs_ms),
-                               "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds")})
+        rounds_of: dict[tuple[str, str], list] = {(n.set, n.name): [] for n in todo}
+        for round_index in range(rounds):
+            for net in tqdm(todo, desc=f"measure (round {round_index + 1} of {rounds})", unit="net"):
+                key = (net.set, net.name)
+                if key not in rounds_of:
+                    continue                          # failed in an earlier round
+                try:
+                    rounds_of[key].append(backend.measure(net.build(), net.input_shape, warmup=warmup, repeats=repeats))
+                except BackendError as error:
+                    failures.append(f"{net.set}/{net.name}: {error}")
+                    del rounds_of[key]
+                    continue
+                if len(rounds_of[key]) == rounds:
+                    _append_row(path, _row(net, rounds_of.pop(key)))
     measured = read_measured(folder)
     wanted = {(n.set, n.name) for n in nets}
     keep = [key in wanted for key in zip(measured["set"], measured["network"])]
@@ -315,6 +335,8 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=25)
     parser.add_argument("--remeasure", action="store_true")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="passes over all networks; a network's time is the median of its rounds' medians")
     parser.add_argument("--results", default=str(RESULTS_ROOT), help="root of the results folders")
     parser.add_argument("--plot", default=None)
     parser.add_argument("--json", default=None)
@@ -327,7 +349,7 @@ def main() -> None:
     start = time.perf_counter()
     try:
         measured, source, failures = measure_networks(backend, nets, args.results, args.warmup, args.repeats,
-                                                      args.remeasure)
+                                                      args.remeasure, args.rounds)
     except ResultsError as error:
         raise SystemExit(str(error)) from None
     print(f"measuring took {time.perf_counter() - start:.0f} s; median spread {measured['spread'].median():.3f}")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import sys
 import tempfile
 import warnings
 from pathlib import Path
@@ -31,6 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def _accuracy_module():
     spec = importlib.util.spec_from_file_location("accuracy", Path(__file__).with_name("accuracy.py"))
     module = importlib.util.module_from_spec(spec)
+    sys.modules["accuracy"] = module          # its dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
