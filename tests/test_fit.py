@@ -325,3 +325,25 @@ if __name__ == "__main__":
         profile = fit_profile(TORCH_STORE, first=QUICK)
         RECORDED.write_text(json.dumps(held_out_summary(profile.fit_metrics), indent=1, sort_keys=True) + "\n")
         print(f"recorded {RECORDED}")
+
+
+def test_exported_tree_learners_predict_as_scikit_learn_does():
+    """The JSON tree ensembles a profile stores predict what the fitted scikit-learn
+    models predict (up to the 9 significant digits stored)."""
+    from sklearn.ensemble import GradientBoostingRegressor, RandomForestRegressor
+
+    from annette_torch.fit.learners import fit_learner
+    from annette_torch.layer_models.regressors import REGRESSION_INPUTS
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(400, len(REGRESSION_INPUTS)))
+    y, weights = 2 * x[:, 0] + np.sin(x[:, 1]) + 0.1 * rng.normal(size=400), np.ones(400)
+    references = {"gradient_boosting": (GradientBoostingRegressor(n_estimators=200, max_depth=4, learning_rate=0.06,
+                                                                  subsample=0.8, init="zero", random_state=0), y.mean()),
+                  "random_forest": (RandomForestRegressor(n_estimators=60, max_leaf_nodes=48, min_samples_leaf=2,
+                                                          max_features=0.7, random_state=0, n_jobs=1), 0.0)}
+    test = rng.normal(size=(200, len(REGRESSION_INPUTS)))
+    for name, (reference, base) in references.items():
+        reference.fit(x, y - base, sample_weight=weights)
+        exported = fit_learner(name, x, y, weights, seed=0)
+        assert np.abs(exported.predict(test) - (reference.predict(test) + base)).max() < 1e-6

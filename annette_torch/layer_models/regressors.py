@@ -77,16 +77,22 @@ class TreeEnsemble:
     def predict(self, inputs: Any, xp: Any = np) -> Any:
         """One value per row of ``inputs`` (columns :data:`REGRESSION_INPUTS`)."""
         x = _numpy(inputs).astype(np.float32).astype(np.float64)
-        rows, trees = x.shape[0], self.feature.shape[0]
-        tree = np.broadcast_to(np.arange(trees), (rows, trees))
-        node = np.zeros((rows, trees), dtype=np.intp)
-        row = np.arange(rows)[:, None]
+        rows, (trees, width) = x.shape[0], self.feature.shape
+        feature, threshold = self.feature.ravel(), self.threshold.ravel()      # one flat node array:
+        left, right, value = self.left.ravel(), self.right.ravel(), self.value.ravel()   # 1-D gathers
+        offset = np.arange(trees) * width                       # each tree's first node in the flat arrays
+        node = np.broadcast_to(offset, (rows, trees)).copy()
+        cells = x.ravel()
+        row_start = (np.arange(rows) * x.shape[1])[:, None]
         for _ in range(self.depth):
-            feat = self.feature[tree, node]
-            goes_left = x[row, np.maximum(feat, 0)] <= self.threshold[tree, node]
-            step = np.where(goes_left, self.left[tree, node], self.right[tree, node])
-            node = np.where(feat < 0, node, step)
-        return _like(self.base + self.value[tree, node].sum(axis=1), inputs, xp)
+            feat = feature[node]
+            inner = feat >= 0
+            if not inner.any():
+                break                                           # every row has reached a leaf
+            goes_left = cells[row_start + np.maximum(feat, 0)] <= threshold[node]
+            step = np.where(goes_left, left[node], right[node]) + offset
+            node = np.where(inner, step, node)
+        return _like(self.base + value[node].sum(axis=1), inputs, xp)
 
     def to_dict(self) -> dict:
         trees = []
