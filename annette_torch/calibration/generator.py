@@ -11,6 +11,10 @@ Micro-kernel families (one layer of interest, the paper's single-layer sweeps):
 Multi-layer families (the paper's Fig. 4 chains, to learn what the target fuses):
 ``conv_chain`` (conv → [bn] → [act] → [pool]), ``residual``, ``dw_separable``,
 ``branch_concat``, ``mlp``.
+Context families (layers as real networks hold them, read from a conv's output):
+``conv_pool`` (overlapping pools), ``squeeze_excite``, ``dense_layer`` (concat and
+pre-activation BN-ReLU), ``attention`` (ViT), ``window_attention`` (Swin),
+``branch_sum`` (a NAS cell's node summing pool and skip branches).
 
 Parameters (see :data:`.sweep.PARAMETERS`): ``n`` batch, ``h``/``w`` input size (``w``
 defaults to ``h``), ``c``
