@@ -85,6 +85,8 @@ def plot(rows: list[dict], path: str, title: str) -> None:
     for name in rows[0]["sets"]:
         ax.plot(minutes, [row["sets"][name]["mape"] for row in rows], marker="o", label=name)
     ax.set_xscale("log")
+    ax.set_xticks(minutes, [f"{m:.0f}" if m >= 10 else f"{m:.1f}" for m in minutes])
+    ax.minorticks_off()
     ax.set_xlabel("calibration measuring time (min)")
     ax.set_ylabel("MAPE of mixed + mapping (%)")
     ax.set_title(title)
