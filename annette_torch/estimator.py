@@ -24,6 +24,7 @@ from .kinds import FEATURES
 from .layer_models.fused_layers import FusedLayers
 from .layer_models.weights_from_memory import WeightsFromMemory
 from .mapping import KernelTable, map_kernels
+from .memory import MemoryEstimate, estimate_memory
 from .profiles import Profile, load_profile
 from .profiles import check_machine
 
@@ -186,6 +187,12 @@ class Estimator:
                            overhead_ms=self.profile.overhead_ms, profile=self.profile.name,
                            model=graph.model_name)
         return frame
+
+    def memory(self, model: nn.Module | LayerGraph, training: bool = False, optimizer: str = "sgd",
+               **trace_kwargs: Any) -> MemoryEstimate:
+        """Memory of one inference or training step (``optimizer``: "sgd", "momentum" or
+        "adam"), in bytes; see :mod:`annette_torch.memory`."""
+        return estimate_memory(self.graph_of(model, **trace_kwargs), training, optimizer)
 
     @staticmethod
     def _warn_unknown(graph: LayerGraph, table: KernelTable) -> None:

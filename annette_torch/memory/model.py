@@ -1,0 +1,145 @@
+"""Memory of one inference or training step, from a :class:`LayerGraph` (Augur, §4.2/§5).
+
+What is counted, in bytes (``bytes_per_elem``, 4 for float32):
+
+- **parameters**: ``counts.weight_elems`` of every layer, i.e. the parameters *and buffers*
+  of leaf modules (batch-norm running statistics included) plus parameters read by
+  functional calls. A module called twice is counted twice.
+- **inference activation peak**: layers run in graph order; a layer's output is
+  allocated when it runs and freed after its last consumer has run. Free layers
+  (reshape, flatten, identity, dropout, ...) alias their first parent and allocate
+  nothing; an alias keeps its storage alive. The network input is live until its last
+  consumer (layers without parents); outputs of the graph (layers without children)
+  stay live to the end. The peak is the largest sum over steps of the live outputs,
+  the running layer's inputs and output included.
+- **workspace**: the im2col buffer of each convolution, ``C_in/groups * prod(kernel) *
+  prod(spatial output)`` elements for one image (Caffe and PyTorch's slow path loop
+  over the batch); the step workspace is the largest one. Runtimes such as oneDNN
+  (PyTorch CPU's default path) do not materialise it, so it is reported as an
+  upper-bound column and not added to ``total_bytes``: adding it made the inference
+  agreement worse on 12 torchvision models (mean |error| 5.4 % -> 8.7 %,
+  ``benchmarks/memory.py``).
+- **training**: activations saved for backward are the network input and every non-free
+  layer's output (in-place ReLU and recomputation are not modelled); gradients equal
+  the parameter bytes (buffers included, a slight overcount); the optimizer state is
+  0x (``"sgd"``), 1x (``"momentum"``) or 2x (``"adam"``) the parameter bytes and lives
+  throughout (steady state). Backward runs the layers in reverse, freeing their saved
+  activations and allocating their parameter gradients: when it reaches layer i, the
+  activations of layers <= i, the gradients of layers >= i and layer i's input-plus-output
+  gradient pair are live. The peak is parameters + optimizer state + the largest such
+  sum (at layer 0 all gradients are live, which covers the optimizer step). Counting all
+  activations and all gradients at once overestimated the measured torchvision models
+  more (``benchmarks/memory.py``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ..graph import LayerGraph
+
+OPTIMIZER_STATES = {"sgd": 0, "momentum": 1, "adam": 2}   # state tensors per parameter
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Per-layer table and totals (bytes) of one inference or training step.
+
+    ``activation_peak_bytes`` is the liveness peak for inference and all saved
+    activations for training; ``total_bytes`` is the estimated peak of the step.
+    """
+
+    layers: pd.DataFrame
+    params_bytes: int
+    activation_peak_bytes: int
+    workspace_bytes: int
+    grads_bytes: int
+    optimizer_bytes: int
+    total_bytes: int
+    training: bool
+    optimizer: str
+
+    @property
+    def total_mb(self) -> float:
+        return self.total_bytes / 2**20
+
+
+def _conv_workspace_elems(graph: LayerGraph) -> np.ndarray:
+    """im2col elements of each convolution for one image, 0 for other layers."""
+    elems = np.zeros(len(graph), dtype=np.int64)
+    for i, layer in enumerate(graph):
+        if layer.kind == "conv":
+            kernel = np.prod(layer.attrs["kernel_size"])
+            spatial = np.prod(layer.output_shapes[0][2:])
+            elems[i] = layer.input_shapes[0][1] // layer.attrs["groups"] * kernel * spatial
+    return elems
+
+
+def _liveness(graph: LayerGraph, output_bytes: np.ndarray, input_bytes: int) -> np.ndarray:
+    """Live activation bytes at each step (the running layer's inputs and output included).
+
+    Storage 0 is the network input (allocated before step 0); storage i+1 is layer i's
+    output, or nothing when layer i is free (it aliases its first parent's storage)."""
+    n = len(graph)
+    owner = np.zeros(n, dtype=np.int64)                 # storage each layer's output lives in
+    size = np.concatenate([[input_bytes], output_bytes]).astype(np.int64)
+    alloc = np.concatenate([[0], np.arange(n)])
+    last_use = alloc.copy()
+    for i, layer in enumerate(graph):
+        if layer.free:
+            owner[i] = owner[graph.index[layer.parents[0]]] if layer.parents else 0
+            size[i + 1] = 0
+        else:
+            owner[i] = i + 1
+        reads = [owner[graph.index[p]] for p in layer.parents] or [0]
+        last_use[reads] = np.maximum(last_use[reads], i)
+    children = graph.children
+    for i, layer in enumerate(graph):
+        if not children[layer.name]:
+            last_use[owner[i]] = n - 1
+    delta = np.zeros(n + 1, dtype=np.int64)
+    np.add.at(delta, alloc, size)
+    np.add.at(delta, last_use + 1, -size)
+    return np.cumsum(delta)[:n]
+
+
+def estimate_memory(graph: LayerGraph, training: bool = False, optimizer: str = "sgd",
+                    bytes_per_elem: int = 4) -> MemoryEstimate:
+    """Memory of one step of ``graph`` (see the module docstring for what is counted)."""
+    if optimizer not in OPTIMIZER_STATES:
+        raise ValueError(f"unknown optimizer {optimizer!r}; use one of {', '.join(OPTIMIZER_STATES)}")
+    params = np.array([layer.counts.weight_elems for layer in graph], dtype=np.int64) * bytes_per_elem
+    outputs = np.array([sum(int(np.prod(s)) for s in layer.output_shapes) for layer in graph],
+                       dtype=np.int64) * bytes_per_elem
+    free = np.array([layer.free for layer in graph], dtype=bool)
+    input_bytes = sum(int(np.prod(s)) for s in graph.input_shapes) * bytes_per_elem
+    workspace = _conv_workspace_elems(graph) * bytes_per_elem
+    live = _liveness(graph, outputs, input_bytes) if len(graph) else np.zeros(0, dtype=np.int64)
+    params_bytes = int(params.sum())
+    workspace_bytes = int(workspace.max(initial=0))
+    if training:
+        layer_inputs = np.array([sum(int(np.prod(s)) for s in layer.input_shapes) for layer in graph],
+                                dtype=np.int64) * bytes_per_elem
+        saved = np.where(free, 0, outputs)
+        activation_bytes = input_bytes + int(saved.sum())
+        grads_bytes = params_bytes
+        optimizer_bytes = OPTIMIZER_STATES[optimizer] * params_bytes
+        # backward reaches layer i with the activations of layers <= i still saved and the
+        # gradients of layers >= i already allocated, plus layer i's gradient pair
+        backward = (input_bytes + np.cumsum(saved) + np.cumsum(params[::-1])[::-1]
+                    + layer_inputs + outputs)
+        total = params_bytes + optimizer_bytes + int(backward.max(initial=0))
+    else:
+        saved = backward = np.zeros(len(graph), dtype=np.int64)
+        activation_bytes = int(live.max(initial=input_bytes))
+        grads_bytes = optimizer_bytes = 0
+        total = params_bytes + activation_bytes
+    frame = pd.DataFrame({
+        "name": [layer.name for layer in graph], "kind": [layer.kind for layer in graph],
+        "free": free, "params_bytes": params, "output_bytes": np.where(free, 0, outputs),
+        "live_bytes": live, "workspace_bytes": workspace, "saved_bytes": saved,
+        "backward_live_bytes": backward})
+    return MemoryEstimate(frame, params_bytes, activation_bytes, workspace_bytes, grads_bytes,
+                          optimizer_bytes, int(total), training, optimizer)
