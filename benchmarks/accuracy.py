@@ -179,21 +179,22 @@ def measure_networks(backend, nets: list[Network], root: str | os.PathLike = RES
         previous = read_measured(folder)
         done = set() if remeasure else set(zip(previous["set"], previous["network"]))
         failures = []
-        todo = []
-        for net in [n for n in nets if (n.set, n.name) not in done]:
-            if getattr(net.build(), "depends_on_input", True):
-                todo.append(net)
-            else:
-                failures.append(f"{net.set}/{net.name}: the output does not depend on the input (a none edge on every "
-                                f"path through the cell); runtimes fold it to a constant, there is nothing to measure")
+        todo = [n for n in nets if (n.set, n.name) not in done]
         rounds_of: dict[tuple[str, str], list] = {(n.set, n.name): [] for n in todo}
         for round_index in range(rounds):
             for net in tqdm(todo, desc=f"measure (round {round_index + 1} of {rounds})", unit="net"):
                 key = (net.set, net.name)
                 if key not in rounds_of:
-                    continue                          # failed in an earlier round
+                    continue                          # failed or skipped in an earlier round
+                model = net.build()
+                if not getattr(model, "depends_on_input", True):
+                    failures.append(f"{net.set}/{net.name}: the output does not depend on the input (a none edge on "
+                                    f"every path through the cell); runtimes fold it to a constant, there is nothing "
+                                    f"to measure")
+                    del rounds_of[key]
+                    continue
                 try:
-                    rounds_of[key].append(backend.measure(net.build(), net.input_shape, warmup=warmup, repeats=repeats))
+                    rounds_of[key].append(backend.measure(model, net.input_shape, warmup=warmup, repeats=repeats))
                 except BackendError as error:
                     failures.append(f"{net.set}/{net.name}: {error}")
                     del rounds_of[key]

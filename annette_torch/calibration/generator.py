@@ -165,6 +165,17 @@ def _pool(op: str, window: int) -> nn.Module:
     raise ValueError(f"unknown pooling {op!r}; use maxpool or avgpool")
 
 
+def _pool_layer(family_name: str, p: dict[str, Any], padding: int = 0) -> nn.Module:
+    """Max or average pooling (``p["op"]`` = max|avg) with window ``k`` and ``stride``;
+    ``ValueError`` names ``family_name`` when the op is unknown or the window exceeds the input."""
+    if p["k"] > min(p["h"], p["w"]):
+        raise ValueError(f"pool window {p['k']} is larger than the input {p['h']}x{p['w']}")
+    pool = {"max": nn.MaxPool2d, "avg": nn.AvgPool2d}.get(p["op"])
+    if pool is None:
+        raise ValueError(f"{family_name} op must be max or avg, got {p['op']!r}")
+    return pool(p["k"], p["stride"], padding)
+
+
 @family("conv2d", ("h", "w", "c", "f", "k"), {"stride": 1, "groups": 1}, _conv_size)
 def conv2d(p: dict[str, Any]) -> tuple[nn.Module, tuple[int, ...]]:
     """A single (grouped, depthwise) convolution with 'same' padding."""
@@ -187,13 +198,8 @@ def linear(p: dict[str, Any]) -> tuple[nn.Module, tuple[int, ...]]:
                    float(p["n"] * p["c"] * p["h"] * p["w"])))
 def pool2d(p: dict[str, Any]) -> tuple[nn.Module, tuple[int, ...]]:
     """Max or average pooling (``op`` = max|avg) with window ``k`` and ``stride``."""
-    if p["k"] > min(p["h"], p["w"]):
-        raise ValueError(f"pool window {p['k']} is larger than the input {p['h']}x{p['w']}")
-    pool = {"max": nn.MaxPool2d, "avg": nn.AvgPool2d}.get(p["op"])
-    if pool is None:
-        raise ValueError(f"pool2d op must be max or avg, got {p['op']!r}")
     net = nn.Sequential()
-    net.add_module("pool", pool(p["k"], p["stride"]))
+    net.add_module("pool", _pool_layer("pool2d", p))
     return net, (p["n"], p["c"], p["h"], p["w"])
 
 
@@ -463,14 +469,10 @@ def conv_pool(p: dict[str, Any]) -> tuple[nn.Module, tuple[int, ...]]:
     """A 1x1 conv, then max or average pooling (``op`` = max|avg) with window ``k``,
     ``stride`` and padding ``(k - 1) // 2``: overlapping pools as ResNet's stem, GoogLeNet
     and SqueezeNet have them, reading a conv's output as inside a network."""
-    if p["k"] > min(p["h"], p["w"]):
-        raise ValueError(f"pool window {p['k']} is larger than the input {p['h']}x{p['w']}")
-    pool = {"max": nn.MaxPool2d, "avg": nn.AvgPool2d}.get(p["op"])
-    if pool is None:
-        raise ValueError(f"conv_pool op must be max or avg, got {p['op']!r}")
+    pool = _pool_layer("conv_pool", p, (p["k"] - 1) // 2)
     net = nn.Sequential()
     net.add_module("conv", nn.Conv2d(p["c"], p["c"], 1, bias=False))
-    net.add_module("pool", pool(p["k"], p["stride"], (p["k"] - 1) // 2))
+    net.add_module("pool", pool)
     return net, (p["n"], p["c"], p["h"], p["w"])
 
 
