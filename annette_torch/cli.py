@@ -65,11 +65,17 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         if shape is None:
             raise SystemExit(f"{args.model}: give --input-shape (e.g. 1,3,224,224)")
         from .graph import trace
+        if estimator.profile.training is not None:
+            resolved.module.train()      # a training profile estimates training passes
         target = trace(resolved.module, input_shape=shape, name=resolved.name)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         report = estimator.report(target)
     _print_report(report, args.all)
+    if estimator.profile.training is not None:
+        optimizer_ms = estimator.optimizer_step(target, args.optimizer)
+        print(f"training step with {args.optimizer}: {report.attrs['total_ms']:.3f} ms forward + backward "
+              f"+ {optimizer_ms:.3f} ms optimizer step = {report.attrs['total_ms'] + optimizer_ms:.3f} ms")
     for warning in caught:
         print(f"warning: {warning.message}", file=sys.stderr)
     if args.csv:
@@ -187,6 +193,8 @@ def build_parser() -> argparse.ArgumentParser:
     est.add_argument("--model-type", help="use this layer-model type (e.g. roofline) instead of the profile's preference")
     est.add_argument("--no-mapping", action="store_true", help="skip the fusion rules (each layer is a kernel)")
     est.add_argument("--all", action="store_true", help="also list free kernels (views, identity, dropout)")
+    est.add_argument("--optimizer", default="sgd",
+                     help="with a training profile (torch-cpu-train): the optimizer of the step (sgd, momentum, adam)")
     est.set_defaults(func=cmd_estimate)
     prof = sub.add_parser("profiles", help="list the built-in profiles with their fingerprints")
     prof.set_defaults(func=cmd_profiles)
