@@ -1,7 +1,7 @@
 """How accurate is the estimator? Estimates of each layer-model variant against end-to-end
 latency measured on this machine (a benchmark: prints tables, asserts nothing).
 
-    python benchmarks/accuracy.py --backend openvino-cpu --threads 1 --profile PROFILE \
+    python benchmarks/accuracy.py --backend openvino-cpu --threads 1 [--precision bf16] --profile PROFILE \
         [--sets zoo,nb201] [--models a,b] [--nb201 50] [--warmup 5 --repeats 25] \
         [--remeasure] [--rounds 3] [--plot FILE.png] [--json FILE]
 
@@ -329,6 +329,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backend", default="openvino-cpu")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--precision", default=None, help="arithmetic precision of the backend (default: its first, f32)")
     parser.add_argument("--profile", required=True)
     parser.add_argument("--sets", default="zoo,nb201")
     parser.add_argument("--models", default=None, help="comma-separated network names to keep")
@@ -346,7 +347,10 @@ def main() -> None:
         raise SystemExit("--repeats must be at least 20 for a stable median and p10/p90")
     torch.set_num_threads(1)
     nets = networks(args.sets.split(","), args.models.split(",") if args.models else None, args.nb201)
-    backend = get_backend(args.backend, threads=args.threads)
+    try:
+        backend = get_backend(args.backend, threads=args.threads, precision=args.precision)
+    except ValueError as error:
+        raise SystemExit(str(error)) from None
     start = time.perf_counter()
     try:
         measured, source, failures = measure_networks(backend, nets, args.results, args.warmup, args.repeats,
