@@ -1,10 +1,11 @@
 """Profiles for devices without a calibration campaign (PerfNetV2's unseen devices,
 HELP/LitePred-style few-shot transfer).
 
-    from annette_torch.transfer import adapt_profile, Sample, profile_from_descriptor, DeviceDescriptor
+    from annette_torch.transfer import (DeviceDescriptor, Sample, adapt_profile, local_sources,
+                                        profile_from_descriptor)
 
-    # few-shot: k networks measured on the new device correct an existing profile
-    adapted = adapt_profile("openvino-cpu", [Sample(graph, measured_ms, set="zoo"), ...])
+    # few-shot: networks measured on the new device (traced graph, ms) correct an existing profile
+    adapted = adapt_profile("openvino-cpu", [Sample(graph, measured_ms, set="mobile"), ...])
     Estimator(adapted)(model, input_shape=(1, 3, 224, 224))
 
     # zero-shot: a descriptor of the new device and profiles of described devices

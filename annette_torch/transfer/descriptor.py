@@ -13,8 +13,10 @@ either side is 1. Both descriptors must be on the same footing (both data-sheet 
 not one fitted and one nominal): only their ratios are used.
 
 What this cannot know: how a different runtime schedules the same network (a source of
-another runtime is used unchanged) and how well a runtime uses more threads (a second
-thread is taken to double the peak). :data:`LOCAL_DESCRIPTORS` describes the device
+another runtime is used unchanged) and how well a runtime uses more threads (peaks that
+grow with the thread count, as in :data:`LOCAL_DESCRIPTORS`, promise a linear speed-up;
+OpenVINO's second thread on this machine gains 1.4x on the benchmark networks, not 2x).
+:data:`LOCAL_DESCRIPTORS` describes the device
 configurations of this project's machine from facts, not from measurements: an AMD EPYC
 (Zen 4, family 25 model 17, 2 cores, 1 thread per core) at its 2.6 GHz nominal clock,
 32 f32 operations per cycle and core (two 256-bit FMA pipes) and 64 bf16 operations per
@@ -62,6 +64,8 @@ class DeviceDescriptor:
     def __post_init__(self) -> None:
         if not isinstance(self.runtime, str) or not self.runtime:
             raise ValueError(f"descriptor field 'runtime': expected a backend name, got {self.runtime!r}")
+        if not isinstance(self.device, str):
+            raise ValueError(f"descriptor field 'device': expected a string, got {self.device!r}")
         if self.precision not in BYTES_PER_ELEMENT:
             raise ValueError(f"descriptor field 'precision': expected one of {', '.join(BYTES_PER_ELEMENT)}, "
                              f"got {self.precision!r}")

@@ -245,10 +245,10 @@ def choose_source(sources: Sequence[str | Profile], samples: Sequence[Sample | t
     if len(samples) < 2:
         return 0, {}
     measured = np.array([s.measured_ms for s in samples])
-    scores = {}
+    scores = []
     for profile in profiles:
         estimator = Estimator(profile)
         kernels = [SourceKernels.of(estimator, s.graph) for s in samples]
         terms, candidates = choose_terms(kernels, measured)
-        scores[profile.name] = candidates["+".join(terms)]
-    return int(np.argmin(list(scores.values()))), scores
+        scores.append(candidates["+".join(terms)])
+    return int(np.argmin(scores)), {p.name: score for p, score in zip(profiles, scores)}
