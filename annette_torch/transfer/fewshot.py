@@ -22,7 +22,7 @@ scale, split, per_kernel
 The fit ignores the floor a kernel's adapted time keeps (half its scaled time, which
 only a negative ``per_kernel_ms`` can reach); the scores below use the real estimates.
 Model complexity follows k: with k samples only candidates of at most ``max(1, k - 2)``
-terms are tried (k = 1 and 2: the scale alone), each is scored by leave-one-out over the
+terms are tried (k <= 3: the scale alone), each is scored by leave-one-out over the
 samples (mean ``|log(estimate / measured)|`` of the left-out network), and the simplest
 candidate within 5 % of the best score wins. Everything is deterministic; the ``seed``
 only picks which samples are used when ``k`` is less than the samples given.
@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import numbers
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -65,8 +66,8 @@ class Sample:
         if not isinstance(self.graph, LayerGraph):
             raise TypeError(f"sample {self.name!r}: expected a traced LayerGraph (annette_torch.trace), "
                             f"got {type(self.graph).__name__}")
-        if not (isinstance(self.measured_ms, (int, float)) and np.isfinite(self.measured_ms)
-                and self.measured_ms > 0):
+        if isinstance(self.measured_ms, bool) or not (isinstance(self.measured_ms, numbers.Real)
+                                                      and np.isfinite(self.measured_ms) and self.measured_ms > 0):
             raise ValueError(f"sample {self.name or self.graph.model_name!r}: measured_ms must be a positive "
                              f"number, got {self.measured_ms!r}")
         if not self.name:
