@@ -28,6 +28,7 @@ from .mapping import KernelTable, map_kernels
 from .memory import MemoryEstimate, estimate_memory
 from .profiles import Profile, load_profile
 from .profiles import check_machine
+from .training.optimizers import optimizer_step_ms
 
 DEFAULT_PROFILE = "openvino-cpu"   # OpenVINO CPU, 1 thread, f32: calibrated on this project's machine
 
@@ -192,6 +193,34 @@ class Estimator:
                            overhead_ms=self.profile.overhead_ms, profile=self.profile.name,
                            model=graph.model_name)
         return frame
+
+    def training_step(self, model: nn.Module | LayerGraph, optimizer: str = "sgd", **trace_kwargs: Any) -> float:
+        """Estimated time of one training step in milliseconds, with a training profile
+        (e.g. ``torch-cpu-train``):
+
+            step = sum of the kernels' forward + backward times + the profile's overhead_ms
+                   + the optimizer step: per_tensor_ms * tensors + per_element_ns * elements
+
+        i.e. exactly :meth:`__call__` (whose kernels are forward + backward passes in
+        such a profile) plus :meth:`optimizer_step` over the trainable parameters.
+        ``optimizer``: one the profile has terms for ("sgd", "momentum", "adam")."""
+        graph = self.graph_of(model, **trace_kwargs)
+        return self(graph) + self.optimizer_step(graph, optimizer)
+
+    def optimizer_step(self, model: nn.Module | LayerGraph, optimizer: str = "sgd", **trace_kwargs: Any) -> float:
+        """Estimated time of ``optimizer.step()`` over the model's trainable parameters, in ms."""
+        if self.profile.training is None:
+            raise ValueError(f"profile {self.profile.name!r} describes inference; a training step needs a "
+                             f"training profile such as 'torch-cpu-train'")
+        steps = self.profile.training["optimizer_step"]
+        if optimizer not in steps:
+            raise ValueError(f"profile {self.profile.name!r} has no terms for optimizer {optimizer!r}; "
+                             f"it has: {', '.join(sorted(steps))}")
+        graph = self.graph_of(model, **trace_kwargs)
+        if graph.parameter_sizes is None:
+            raise ValueError(f"{graph.model_name or 'this graph'}: its trainable parameters are unknown "
+                             f"(graphs imported from ONNX do not have them); pass the nn.Module or a graph traced from it")
+        return optimizer_step_ms(steps[optimizer], graph.parameter_sizes)
 
     def memory(self, model: nn.Module | LayerGraph, training: bool = False, optimizer: str = "sgd",
                **trace_kwargs: Any) -> MemoryEstimate:

@@ -2,7 +2,7 @@
 
     from annette_torch.backends import get_backend, available_backends
 
-    available_backends()                  # ['ncs2', 'onnxruntime-cpu', 'openvino-cpu', 'torch-cpu', 'torch-cuda', 'zcu102']
+    available_backends()                  # ['ncs2', 'onnxruntime-cpu', 'openvino-cpu', 'torch-cpu', 'torch-cpu-train', 'torch-cuda', 'zcu102']
     backend = get_backend("openvino-cpu", threads=1, precision="f32")
     latency = backend.measure(model, (1, 3, 224, 224), warmup=5, repeats=20)
     latency.median_ms, latency.spread     # spread = (p90 - p10) / median of latency.runs_ms
@@ -27,8 +27,9 @@ from .ncs2 import Ncs2
 from .onnxruntime_cpu import OnnxRuntimeCpu
 from .openvino_cpu import OpenVinoCpu
 from .torch_cpu import TorchCpu, TorchCuda
+from .torch_train import TorchCpuTrain
 from .zcu102 import Zcu102
 
 __all__ = ["BACKENDS", "Backend", "BackendError", "KernelRecord", "Latency", "Profiled", "onnx_scope", "OnnxBackend", "OnnxRuntimeCpu",
-           "Ncs2", "OpenVinoCpu", "TorchCpu", "TorchCuda", "Zcu102", "available_backends", "cpu_model", "export_onnx", "get_backend",
+           "Ncs2", "OpenVinoCpu", "TorchCpu", "TorchCpuTrain", "TorchCuda", "Zcu102", "available_backends", "cpu_model", "export_onnx", "get_backend",
            "random_input", "register_backend"]

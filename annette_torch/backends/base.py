@@ -253,6 +253,11 @@ class Backend:
         profiler. Failures raise :class:`BackendError`."""
         raise NotImplementedError
 
+    def store_extras(self, folder: Path) -> None:
+        """Measure into the store ``folder`` what a profile of this backend needs besides
+        the benchmark networks (called by a campaign before its benchmarks; nothing for
+        most backends; the training backend times optimizer steps)."""
+
     def dry_run(self, model: nn.Module, input_shape: Sequence[int], layer_paths: Sequence[str],
                 warmup: int = 3, repeats: int = 15) -> list[str]:
         """The commands :meth:`profile` would run (on the host and on a board), one per

@@ -207,6 +207,7 @@ def run_campaign(backend_name: str, sweep: str | Sequence[BenchmarkSpec], out: s
     start = time.monotonic()
     deadline = start + minutes * 60 if minutes is not None else None
     with MeasurementStore.open(out, backend.fingerprint()) as store:
+        backend.store_extras(store.folder)
         done = store.done(include_failed=not retry_failed)
         # a fixed pseudo-random order (by the id's hash) so that a campaign cut short by
         # --minutes still covers every family

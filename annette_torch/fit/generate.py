@@ -27,7 +27,10 @@ Steps (each in its own module):
 7. the rate at which weights arrive from memory (:mod:`.weights`): in a real network a
    kernel's weights were evicted from the caches by the rest of the network since the
    last inference, so a kernel takes at least its weight bytes over that rate; fitted on
-   the fully connected benchmarks whose weights outgrow the caches.
+   the fully connected benchmarks whose weights outgrow the caches;
+8. a training store (``torch-cpu-train``: kernels are forward + backward passes) also
+   holds optimizer-step timings; their per-tensor and per-element terms become the
+   profile's ``training`` field (:mod:`annette_torch.training.optimizers`).
 
 Held-out check: benchmarks are split by a seeded hash of their id (:func:`.table.held_out`).
 Everything above is first fitted on the training benchmarks and scored on the held-out
@@ -51,6 +54,7 @@ from ..kinds import FEATURES, PRODUCT_KINDS
 from ..layer_models import LayerModel, RefinedRoofline
 from ..mapping import FusionRule
 from ..profiles import Profile
+from ..training.optimizers import fit_optimizer_steps
 from .fused import costly_members, fit_fused_costs, is_plain
 from .kinds import KindFit, fit_kind, learner_errors, mape
 from .mapping import PairDecision, describe_rule, learn_rules, rule_accuracy
@@ -132,7 +136,19 @@ def _optimizes_graph(backend: str | None) -> bool:
     return bool(getattr(BACKENDS.get(backend), "optimizes_graph", False))
 
 
-def _profile(name: str, data: StoreData, fitted: _Pass, fit_metrics: dict, notes: list[str]) -> Profile:
+def _training(store_folder: str | os.PathLike) -> dict | None:
+    """The optimizer-step terms of a training store (one with ``optimizer_steps.csv``,
+    written by the training backend), else ``None``: an inference profile."""
+    from ..backends.torch_train import OPTIMIZER_STEPS_FILE
+
+    path = Path(store_folder) / OPTIMIZER_STEPS_FILE
+    if not path.exists():
+        return None
+    return {"optimizer_step": fit_optimizer_steps(pd.read_csv(path))}
+
+
+def _profile(name: str, data: StoreData, fitted: _Pass, fit_metrics: dict, notes: list[str],
+             training: dict | None = None) -> Profile:
     models: dict[str, dict[str, LayerModel]] = {t: {} for t in MODEL_TYPES}
     models["roofline"]["default"] = as_plain(fitted.default)
     models["refined_roofline"]["default"] = fitted.default
@@ -146,7 +162,7 @@ def _profile(name: str, data: StoreData, fitted: _Pass, fit_metrics: dict, notes
         model_preference=tuple(t for t in PREFERENCE if t in models), mapping=fitted.rules,
         overhead_ms=fitted.gap.overhead_ms, kernel_overhead_ms=fitted.gap.kernel_ms, weight_bandwidth_bytes_s=fitted.weight_bandwidth[0],
         fused_cost_s_per_elem=fitted.fused_costs[0], optimizes_graph=_optimizes_graph(fp.get("backend")),
-        description=(f"fitted on {len(data.networks)} benchmarks of {fp.get('backend')} {fp.get('runtime_version')}, "
+        training=training, description=(f"fitted on {len(data.networks)} benchmarks of {fp.get('backend')} {fp.get('runtime_version')}, "
                      f"{fp.get('threads')} thread(s), {fp.get('precision')}"),
         fit_metrics=fit_metrics, notes=notes)
 
@@ -227,6 +243,11 @@ NOTES = [
 ]
 
 
+TRAINING_NOTE = ("A training profile: each kernel's time is its layer's forward and backward pass in train mode "
+                 "(the input gradient included); 'training.optimizer_step' holds the optimizer step's per-tensor and "
+                 "per-element terms, fitted on the store's optimizer_steps.csv.")
+
+
 def fit_profile(store_folder: str | os.PathLike, name: str | None = None, seed: int = 0,
                 test_share: float = 0.2, min_time_ms: float = 0.005, max_spread: float = 1.0,
                 min_rows: int = 3, min_learned_rows: int = 20, refit_all: bool = True,
@@ -272,7 +293,9 @@ def fit_profile(store_folder: str | os.PathLike, name: str | None = None, seed: 
         kinds={kind: {"kernels": int((final.kernels["train"] & (final.kernels["kind"] == kind)).sum()),
                       "learner": fit.learner, "unroll": fit.models["refined_roofline"].unroll}
                for kind, fit in sorted(final.fits.items())})
-    return _profile(name, data, final, metrics, list(NOTES))
+    training = _training(store_folder)
+    notes = list(NOTES) + ([TRAINING_NOTE] if training else [])
+    return _profile(name, data, final, metrics, notes, training)
 
 
 def _cell(value: float) -> str:

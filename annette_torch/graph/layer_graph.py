@@ -48,6 +48,7 @@ class LayerGraph:
     input_shapes: tuple[tuple[int, ...], ...] = ()
     method: str = "fx"
     model_name: str = ""
+    parameter_sizes: tuple[int, ...] | None = None   # elements of each trainable parameter (None: unknown)
     _cache: dict = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:

@@ -83,7 +83,8 @@ def trace(model: nn.Module, input_shape: ShapeLike | Sequence[ShapeLike] | None 
 
     def graph(layers, method: str) -> LayerGraph:
         shapes = tuple(tuple(t.shape) for t in meta_inputs if isinstance(t, torch.Tensor))
-        return LayerGraph(layers, shapes, method, label)
+        trainable = tuple(p.numel() for p in model.parameters() if p.requires_grad)
+        return LayerGraph(layers, shapes, method, label, parameter_sizes=trainable)
 
     try:
         fx_graph = symbolic_trace(model, leaves, len(meta_inputs))

@@ -15,6 +15,10 @@ Format ``annette_torch.profile`` version 1 (loading never executes code)::
                                                 # (optional; see layer_models.weights_from_memory)
       "fused_cost_s_per_elem": {"silu": 2e-10},  # per output element, per fused layer kind
                                                 # (optional; see layer_models.fused_layers)
+      "training": {"optimizer_step": {"sgd": {"per_tensor_ms": 0.004, "per_element_ns": 0.3}}},
+                                                # a training profile (optional): its kernels are
+                                                # forward + backward passes, and these are the
+                                                # optimizer step's terms (Estimator.training_step)
       "optimizes_graph": true,                  # the target folds constant subgraphs and computes
                                                 # repeated parameter-free layers once (optional,
                                                 # default false; LayerGraph.folded)
@@ -77,6 +81,7 @@ class Profile:
     weight_bandwidth_bytes_s: float | None = None
     fused_cost_s_per_elem: dict[str, float] = field(default_factory=dict)
     optimizes_graph: bool = False
+    training: dict[str, Any] | None = None
     description: str = ""
     fit_metrics: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
@@ -106,12 +111,14 @@ class Profile:
             "weight_bandwidth_bytes_s": self.weight_bandwidth_bytes_s,
             "fused_cost_s_per_elem": dict(self.fused_cost_s_per_elem),
             "optimizes_graph": self.optimizes_graph,
+            **({"training": self.training} if self.training is not None else {}),
             "mapping": [r.to_dict() for r in self.mapping],
             "layer_models": {t: {k: m.to_dict() for k, m in models.items()}
                              for t, models in self.layer_models.items()},
             "model_preference": list(self.model_preference),
             "fit_metrics": self.fit_metrics, "notes": list(self.notes),
-        } | ({"adaptation": self.adaptation.to_dict()} if self.adaptation is not None else {})
+            **({"adaptation": self.adaptation.to_dict()} if self.adaptation is not None else {}),
+        }
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write the profile as JSON (indented; lists of numbers, such as a regressor's
@@ -189,6 +196,9 @@ class Profile:
         if not isinstance(fused_costs, dict) or not all(
                 isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 for v in fused_costs.values()):
             raise fail("fused_cost_s_per_elem", f"expected an object of layer kind -> seconds >= 0, got {fused_costs!r}")
+        training = data.get("training")
+        if training is not None:
+            _check_training(training, fail)
         adaptation = None
         if data.get("adaptation") is not None:
             try:
@@ -200,9 +210,22 @@ class Profile:
                    kernel_overhead_ms=float(per_kernel),
                    weight_bandwidth_bytes_s=None if bandwidth is None else float(bandwidth),
                    fused_cost_s_per_elem={str(k): float(v) for k, v in fused_costs.items()},
-                   optimizes_graph=folds, description=str(data.get("description", "")),
+                   optimizes_graph=folds, training=training, description=str(data.get("description", "")),
                    fit_metrics=dict(data.get("fit_metrics") or {}), notes=list(data.get("notes") or []),
                    source=source, adaptation=adaptation)
+
+
+def _check_training(training: Any, fail) -> None:
+    """Raise ``fail("training...", problem)`` unless ``training`` maps ``optimizer_step``
+    to optimizer -> {per_tensor_ms, per_element_ns} of non-negative numbers."""
+    steps = training.get("optimizer_step") if isinstance(training, dict) else None
+    if not isinstance(steps, dict) or not steps:
+        raise fail("training", "expected an object with a non-empty 'optimizer_step' object")
+    for optimizer, terms in steps.items():
+        for term in ("per_tensor_ms", "per_element_ns"):
+            value = terms.get(term) if isinstance(terms, dict) else None
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value >= 0):
+                raise fail(f"training.optimizer_step.{optimizer}.{term}", f"expected a number >= 0, got {value!r}")
 
 
 def builtin_dir() -> Path:
