@@ -8,6 +8,9 @@
                   [--config FILE] [--dry-run] [--retry-failed]
     annette-torch stores DIR [--compact] [--by-family]
     annette-torch fit --data STORE_DIR --out PROFILE_DIR [--name NAME] [--seed S] [--test-share F] [--first N] [--sample N]
+    annette-torch adapt --from PROFILE[,PROFILE...] --backend B [--threads N] [--precision P] --samples K
+                  [--seed S] --out FILE.json [--name NAME] [--warmup W] [--repeats R]
+    annette-torch adapt --descriptor DEVICE.json [--from PROFILE,...] --out FILE.json [--name NAME]
 """
 from __future__ import annotations
 
@@ -173,6 +176,24 @@ def cmd_fit(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_adapt(args: argparse.Namespace) -> int:
+    from .transfer import adapt as transfer_adapt
+
+    sources = args.source.split(",") if args.source else None
+    if args.descriptor:
+        if args.backend or args.samples is not None:
+            raise ValueError("--descriptor builds a zero-shot profile and measures nothing; "
+                             "leave out --backend and --samples")
+        profile = transfer_adapt.zero_shot(args.descriptor, sources, args.name)
+    else:
+        if not (args.backend and sources and args.samples is not None):
+            raise ValueError("adapt needs --from, --backend and --samples (or --descriptor for a zero-shot profile)")
+        profile = transfer_adapt.few_shot(sources, args.backend, args.threads, args.precision, args.samples, args.seed,
+                                          args.name, args.warmup, args.repeats)
+    print(f"wrote {profile.save(args.out)}")
+    return 0
+
+
 def _positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
@@ -235,6 +256,23 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--sample", type=_positive_int,
                      help="fit on N benchmarks drawn at random (seeded by --seed): the learning curve's subsamples")
     fit.set_defaults(func=cmd_fit)
+    adapt = sub.add_parser("adapt", help="adapt a profile to another device from a few measured networks "
+                                         "(or from a device descriptor)")
+    adapt.add_argument("--from", dest="source",
+                       help="source profile name or .json path; several, comma-separated: the one that fits the "
+                            "samples best is adapted (with --descriptor: the sources to pick the nearest from, "
+                            "default all with a known descriptor)")
+    adapt.add_argument("--backend", choices=available_backends(), help="the device's runtime, measured here")
+    adapt.add_argument("--threads", type=_positive_int, default=1, help="threads the runtime may use (default 1)")
+    adapt.add_argument("--precision", help="arithmetic precision (default: the backend's own)")
+    adapt.add_argument("--samples", type=int, help="reference networks to measure (0 to 32; 10 is a good start)")
+    adapt.add_argument("--seed", type=int, default=0, help="picks the reference networks (default 0)")
+    adapt.add_argument("--descriptor", help="device descriptor JSON: build a zero-shot profile, measure nothing")
+    adapt.add_argument("--out", required=True, help="where to write the adapted profile (.json)")
+    adapt.add_argument("--name", help="profile name (default: derived from the device and the source)")
+    adapt.add_argument("--warmup", type=int, default=5, help="untimed inferences per network (default 5)")
+    adapt.add_argument("--repeats", type=_positive_int, default=25, help="timed inferences per network (default 25)")
+    adapt.set_defaults(func=cmd_adapt)
     return parser
 
 

@@ -21,6 +21,7 @@ from torch import nn
 
 from .graph import LayerGraph, trace
 from .kinds import FEATURES
+from .layer_models.adapted import AdaptedKernels
 from .layer_models.fused_layers import FusedLayers
 from .layer_models.weights_from_memory import WeightsFromMemory
 from .mapping import KernelTable, map_kernels
@@ -104,12 +105,16 @@ class Estimator:
     def group_model(self, table: KernelTable, kind: str, rows: np.ndarray) -> Any:
         """The layer model that predicts the kernels ``rows`` (all of kind ``kind``) of
         ``table``: the kind's model, plus the profile's cost of the layers fused into
-        each of them and its per-kernel overhead (:mod:`annette_torch.layer_models.fused_layers`)."""
+        each of them and its per-kernel overhead (:mod:`annette_torch.layer_models.fused_layers`),
+        corrected by the profile's adaptation to another device if it has one
+        (:mod:`annette_torch.layer_models.adapted`)."""
         model = self.layer_model(kind)[2]
         costs = self.profile.fused_cost_s_per_elem
         per_elem = np.array([sum(costs.get(k, 0.0) for k in table.layer_kinds[r][1:]) for r in rows])
         if per_elem.any() or self.profile.kernel_overhead_ms:
             model = FusedLayers(model, per_elem, self.profile.kernel_overhead_ms / 1e3)
+        if self.profile.adaptation is not None:
+            model = AdaptedKernels(model, self.profile.adaptation)
         return model
 
     def model_groups(self, table: KernelTable) -> list[tuple[np.ndarray, Any]]:

@@ -1,7 +1,7 @@
 """How accurate is the estimator? Estimates of each layer-model variant against end-to-end
 latency measured on this machine (a benchmark: prints tables, asserts nothing).
 
-    python benchmarks/accuracy.py --backend openvino-cpu --threads 1 --profile PROFILE \
+    python benchmarks/accuracy.py --backend openvino-cpu --threads 1 [--precision bf16] --profile PROFILE \
         [--sets zoo,nb201] [--models a,b] [--nb201 50] [--warmup 5 --repeats 25] \
         [--remeasure] [--rounds 3] [--plot FILE.png] [--json FILE]
 
@@ -28,16 +28,14 @@ import sys
 import tempfile
 import time
 import warnings
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Iterator
 
 import numpy as np
 import pandas as pd
 import torch
 from scipy.stats import spearmanr
-from torch import nn
 from tqdm import tqdm
 
 from annette_torch import Estimator, UnknownKindWarning, load_profile, trace
@@ -46,6 +44,7 @@ from annette_torch.backends import get_backend
 from annette_torch.backends.base import BackendError
 from annette_torch.calibration.store import fingerprint_folder
 from annette_torch.nas.nasbench201 import NB201Network, sample_architectures
+from annette_torch.transfer.references import Network, torchvision_model
 
 ZOO = ("resnet18", "resnet50", "resnext50_32x4d", "wide_resnet50_2", "densenet121", "squeezenet1_0",
        "googlenet", "inception_v3", "mobilenet_v2", "mobilenet_v3_small", "mobilenet_v3_large",
@@ -57,28 +56,13 @@ COLUMNS = ("set", "network", "input_shape", "median_ms", "p10_ms", "p90_ms", "sp
 RESULTS_ROOT = Path(__file__).parent / "results"
 
 
-@dataclass(frozen=True)
-class Network:
-    """One network to measure and estimate: its set, name, input shape and a builder."""
-
-    set: str
-    name: str
-    input_shape: tuple[int, ...]
-    build: Callable[[], nn.Module]
-
-
-def _torchvision(name: str) -> nn.Module:
-    import torchvision
-    return torchvision.models.get_model(name, weights=None).eval()
-
-
 def networks(sets: list[str], models: list[str] | None = None, nb201: int = 50) -> list[Network]:
     """The networks of ``sets`` (``zoo``, ``nb201``), only those named in ``models`` if given."""
     found = []
     for name in sets:
         if name == "zoo":
             found += [Network("zoo", m, (1, 3, 299, 299) if m == "inception_v3" else (1, 3, 224, 224),
-                              lambda m=m: _torchvision(m)) for m in ZOO]
+                              lambda m=m: torchvision_model(m)) for m in ZOO]
         elif name == "nb201":
             found += [Network("nb201", a, (1, 3, 32, 32), lambda a=a: NB201Network(a).eval())
                       for a in sample_architectures(nb201, seed=NB201_SEED)]
@@ -329,6 +313,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backend", default="openvino-cpu")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--precision", default=None, help="arithmetic precision of the backend (default: its first, f32)")
     parser.add_argument("--profile", required=True)
     parser.add_argument("--sets", default="zoo,nb201")
     parser.add_argument("--models", default=None, help="comma-separated network names to keep")
@@ -346,7 +331,10 @@ def main() -> None:
         raise SystemExit("--repeats must be at least 20 for a stable median and p10/p90")
     torch.set_num_threads(1)
     nets = networks(args.sets.split(","), args.models.split(",") if args.models else None, args.nb201)
-    backend = get_backend(args.backend, threads=args.threads)
+    try:
+        backend = get_backend(args.backend, threads=args.threads, precision=args.precision)
+    except ValueError as error:
+        raise SystemExit(str(error)) from None
     start = time.perf_counter()
     try:
         measured, source, failures = measure_networks(backend, nets, args.results, args.warmup, args.repeats,

@@ -31,6 +31,8 @@ Format ``annette_torch.profile`` version 1 (loading never executes code)::
       },
       "model_preference": ["refined_roofline", "roofline"],
       "fit_metrics": {...},                     # how well the models fit (if fitted)
+      "adaptation": {...},                      # optional: a per-kernel correction to another
+                                                # device (layer_models.adapted, annette_torch.transfer)
       "notes": ["..."]                          # provenance and known gaps
     }
 
@@ -51,6 +53,7 @@ from typing import Any
 
 from ..atomic import atomic_path
 from ..layer_models import LAYER_MODELS, LayerModel, layer_model_from_dict
+from ..layer_models.adapted import Adaptation
 from ..mapping import FusionRule
 
 FORMAT = "annette_torch.profile"
@@ -83,6 +86,7 @@ class Profile:
     fit_metrics: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     source: str = ""
+    adaptation: Adaptation | None = None    # set for a profile adapted to another device
 
     def model_for(self, kernel_kind: str, model_type: str | None = None) -> tuple[str, str, LayerModel]:
         """(model type, entry, layer model) answering ``kernel_kind``: the first of the
@@ -113,6 +117,7 @@ class Profile:
                              for t, models in self.layer_models.items()},
             "model_preference": list(self.model_preference),
             "fit_metrics": self.fit_metrics, "notes": list(self.notes),
+            **({"adaptation": self.adaptation.to_dict()} if self.adaptation is not None else {}),
         }
 
     def save(self, path: str | os.PathLike) -> Path:
@@ -194,6 +199,12 @@ class Profile:
         training = data.get("training")
         if training is not None:
             _check_training(training, fail)
+        adaptation = None
+        if data.get("adaptation") is not None:
+            try:
+                adaptation = Adaptation.from_dict(data["adaptation"])
+            except ValueError as error:
+                raise ProfileError(f"profile {source}: field {error}") from None
         return cls(name=str(data["name"]), fingerprint=dict(data["fingerprint"]), layer_models=models,
                    model_preference=tuple(preference), mapping=tuple(rules), overhead_ms=overhead,
                    kernel_overhead_ms=float(per_kernel),
@@ -201,7 +212,7 @@ class Profile:
                    fused_cost_s_per_elem={str(k): float(v) for k, v in fused_costs.items()},
                    optimizes_graph=folds, training=training, description=str(data.get("description", "")),
                    fit_metrics=dict(data.get("fit_metrics") or {}), notes=list(data.get("notes") or []),
-                   source=source)
+                   source=source, adaptation=adaptation)
 
 
 def _check_training(training: Any, fail) -> None:

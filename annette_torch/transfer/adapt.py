@@ -1,0 +1,98 @@
+"""What ``annette-torch adapt`` does: measure reference networks on a backend and adapt a
+profile to them (few-shot), or build a zero-shot profile from a device descriptor.
+Both print what they did and return the new profile; the command writes it.
+"""
+from __future__ import annotations
+
+import sys
+from typing import Sequence
+
+import torch
+from tqdm import tqdm
+
+from ..backends import BackendError, get_backend
+from ..estimator import Estimator
+from ..graph import trace
+from ..profiles import Profile, builtin_names, load_profile
+from .descriptor import LOCAL_DESCRIPTORS, DeviceDescriptor, local_sources, profile_from_descriptor
+from .fewshot import Sample, adapt_profile, choose_source, unadapted
+from .references import draw, reference_pool
+
+
+def measure_references(backend, k: int, seed: int, warmup: int = 5, repeats: int = 25) -> list[Sample]:
+    """``k`` networks of the reference pool drawn by ``seed``, traced and measured on
+    ``backend`` (median of ``repeats`` timed runs after ``warmup``); a network the
+    backend fails on is reported and left out."""
+    pool = reference_pool()
+    if not 0 <= k <= len(pool):
+        raise ValueError(f"--samples must be between 0 and {len(pool)} (the reference pool), got {k}")
+    samples = []
+    torch.set_num_threads(1)       # tracing; the backend pins its own threads
+    for net in tqdm(draw(pool, k, seed), desc=f"measure on {backend.name}", unit="net", file=sys.stderr):
+        model = net.build()
+        try:
+            latency = backend.measure(model, net.input_shape, warmup=warmup, repeats=repeats)
+        except BackendError as error:
+            print(f"skipped {net.name}: {error}", file=sys.stderr)
+            continue
+        samples.append(Sample(trace(model, input_shape=net.input_shape, name=net.name), latency.median_ms,
+                              net.name, net.set))
+    return samples
+
+
+def print_fit(profile: Profile, source: Profile, samples: Sequence[Sample]) -> None:
+    """The correction and, per sample, the source's and the adapted profile's error."""
+    adaptation = profile.adaptation
+    if adaptation is None:
+        print("no samples: the profile is the source profile")
+        return
+    print(f"correction ({'+'.join(adaptation.terms)}): compute_scale {adaptation.compute_scale:.4g}, "
+          f"memory_scale {adaptation.memory_scale:.4g}, exponent {adaptation.exponent:.3g}, "
+          f"per_kernel_ms {adaptation.per_kernel_ms:.4g}")
+    candidates = adaptation.fit.get("candidates") or {}
+    if candidates:
+        print("leave-one-out mean |log error| per candidate: "
+              + ", ".join(f"{name} {score:.3f}" for name, score in candidates.items()))
+    before, after = Estimator(unadapted(source)), Estimator(profile)
+    print(f"{'set':<7}{'network':<60}{'measured ms':>12}{'source ms':>11}{'err %':>8}{'adapted ms':>12}{'err %':>8}")
+    for s in samples:
+        old, new = before(s.graph), after(s.graph)
+        print(f"{s.set:<7}{s.name[:58]:<60}{s.measured_ms:12.3f}{old:11.3f}{(old / s.measured_ms - 1) * 100:8.1f}"
+              f"{new:12.3f}{(new / s.measured_ms - 1) * 100:8.1f}")
+    print(f"mean |error| on these samples: {adaptation.fit['mape_before']:.1f} % before, "
+          f"{adaptation.fit['mape_after']:.1f} % after (in-sample)")
+
+
+def few_shot(sources: Sequence[str], backend_name: str, threads: int, precision: str | None, k: int, seed: int,
+             name: str | None = None, warmup: int = 5, repeats: int = 25) -> Profile:
+    """Measure ``k`` reference networks on the backend, choose the source that adapts best
+    (when several are given) and adapt it; the profile's fingerprint is the backend's."""
+    backend = get_backend(backend_name, threads=threads, precision=precision)
+    profiles = [load_profile(s) for s in sources]
+    samples = measure_references(backend, k, seed, warmup, repeats)
+    if k and not samples:
+        raise ValueError(f"no reference network could be measured on {backend_name}")
+    index, scores = choose_source(profiles, samples) if len(profiles) > 1 else (0, {})
+    if scores:
+        print("leave-one-out mean |log error| per source: "
+              + ", ".join(f"{n} {v:.3f}" for n, v in scores.items()) + f"; adapting {profiles[index].name}")
+    fingerprint = backend.fingerprint()
+    fingerprint["device"] = fingerprint.get("cpu")
+    source = profiles[index]
+    name = name or (f"{backend.name}-{backend.threads}t-{backend.precision}-from-{source.name}")
+    profile = adapt_profile(source, samples, seed=seed, name=name, fingerprint=fingerprint)
+    print_fit(profile, source, samples)
+    return profile
+
+
+def zero_shot(descriptor_path: str, sources: Sequence[str] | None, name: str | None = None) -> Profile:
+    """A profile for the device of the descriptor file, from the nearest of ``sources``
+    (built-in profiles with a known descriptor; default all of them)."""
+    target = DeviceDescriptor.load(descriptor_path)
+    available = [n for n in LOCAL_DESCRIPTORS if n in builtin_names()]
+    profile = profile_from_descriptor(target, local_sources(sources or available), name)
+    a = profile.adaptation
+    print(f"zero-shot from {a.source}: compute-bound kernels x{a.compute_scale:.4g}, memory-bound kernels "
+          f"x{a.memory_scale:.4g} (unknown ratios taken as 1: {', '.join(a.fit['unknown_ratios_taken_as_1']) or 'none'})")
+    return profile
+

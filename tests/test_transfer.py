@@ -1,0 +1,193 @@
+"""Profiles for unseen devices: few-shot adaptation, zero-shot from descriptors, the
+adaptation field of a profile and ``annette-torch adapt`` (measurement mocked)."""
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from annette_torch import Estimator, ProfileError, load_profile, trace
+from annette_torch.backends import Latency, TorchCpu
+from annette_torch.cli import main as cli_main
+from annette_torch.layer_models.adapted import Adaptation
+from annette_torch.profiles import Profile
+from annette_torch.transfer import (LOCAL_DESCRIPTORS, DeviceDescriptor, Network, Sample, SourceKernels,
+                                    adapt_profile, choose_source, draw, profile_from_descriptor)
+from annette_torch.transfer import adapt as adapt_command
+
+SOURCE = "openvino-cpu"
+
+
+def small_net(width: int, depth: int) -> nn.Module:
+    layers = [nn.Conv2d(3, width, 3, padding=1), nn.BatchNorm2d(width), nn.ReLU()]
+    for _ in range(depth):
+        layers += [nn.Conv2d(width, width, 3, padding=1), nn.ReLU()]
+    return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(width, 10)).eval()
+
+
+@pytest.fixture(scope="module")
+def graphs():
+    shapes = [(8, 1), (16, 2), (32, 1), (24, 4), (48, 2), (64, 3), (12, 6), (96, 1)]
+    return [trace(small_net(w, d), input_shape=(1, 3, 32, 32), name=f"net{w}x{d}") for w, d in shapes]
+
+
+@pytest.fixture(scope="module")
+def kernels(graphs):
+    estimator = Estimator(SOURCE)
+    return [SourceKernels.of(estimator, g) for g in graphs]
+
+
+def synthetic(kernels, scale=1.0, per_kernel_ms=0.0):
+    """Measured times of a device that is exactly the source corrected by (scale, per_kernel_ms)."""
+    return [scale * k.time_ms.sum() + per_kernel_ms * len(k.time_ms) + k.overhead_ms for k in kernels]
+
+
+def samples_of(graphs, times):
+    return [Sample(g, t, set="a" if i % 2 else "b") for i, (g, t) in enumerate(zip(graphs, times))]
+
+
+def test_zero_samples_reproduce_the_source_profile(graphs):
+    source = load_profile(SOURCE)
+    for adapted in (adapt_profile(source, []), adapt_profile(source, samples_of(graphs, [1.0] * 8), k=0)):
+        assert adapted.adaptation is None
+        assert adapted.to_dict() == source.to_dict()
+        assert [Estimator(adapted)(g) for g in graphs] == [Estimator(source)(g) for g in graphs]
+
+
+def test_adaptation_is_deterministic_for_a_fixed_seed(graphs, kernels):
+    samples = samples_of(graphs, synthetic(kernels, 1.3, 0.01))
+    first = adapt_profile(SOURCE, samples, k=5, seed=3)
+    again = adapt_profile(SOURCE, samples, k=5, seed=3)
+    assert first.to_dict() == again.to_dict()
+    assert first.adaptation.seed == 3 and first.adaptation.samples == 5
+    others = {adapt_profile(SOURCE, samples, k=5, seed=s).adaptation.reference_networks for s in range(6)}
+    assert len(others) > 1                       # the seed picks the reference networks
+
+
+def test_a_known_scale_is_recovered(graphs, kernels):
+    adapted = adapt_profile(SOURCE, samples_of(graphs, synthetic(kernels, 1.7)))
+    a = adapted.adaptation
+    assert a.terms == ("scale",)
+    assert a.compute_scale == pytest.approx(1.7) and a.memory_scale == pytest.approx(1.7)
+    assert a.exponent == 1.0 and a.per_kernel_ms == 0.0
+    assert a.fit["mape_after"] < 1e-6 < a.fit["mape_before"]
+
+
+def test_a_per_kernel_cost_is_recovered_with_enough_samples(graphs, kernels):
+    a = adapt_profile(SOURCE, samples_of(graphs, synthetic(kernels, 0.8, 0.02))).adaptation
+    assert "per_kernel" in a.terms
+    assert a.compute_scale == pytest.approx(0.8, rel=1e-6) and a.per_kernel_ms == pytest.approx(0.02, rel=1e-6)
+    one = adapt_profile(SOURCE, samples_of(graphs[:1], synthetic(kernels[:1], 0.8, 0.02))).adaptation
+    assert one.terms == ("scale",)               # one sample: the scale alone
+
+
+def test_every_path_of_the_estimator_applies_the_adaptation(graphs, kernels, tmp_path):
+    adaptation = Adaptation(compute_scale=0.5, memory_scale=2.0, exponent=1.1, per_kernel_ms=-0.001)
+    adapted = dataclasses.replace(load_profile(SOURCE), adaptation=adaptation)
+    estimator = Estimator(adapted)
+    reloaded = Estimator(load_profile(adapted.save(tmp_path / "adapted.json")))
+    for graph, k in zip(graphs, kernels):
+        report = estimator.report(graph)
+        assert estimator(graph) == pytest.approx(k.estimate_ms(adaptation))
+        assert report.attrs["total_ms"] == pytest.approx(estimator(graph))
+        assert report["time_ms"].sum() + report.attrs["overhead_ms"] == pytest.approx(estimator(graph))
+        assert reloaded(graph) == pytest.approx(estimator(graph))
+    times, compute = kernels[-1].time_ms, kernels[-1].compute
+    on_torch = adaptation.kernel_ms(torch.as_tensor(times), torch.as_tensor(compute), xp=torch)
+    assert np.allclose(on_torch.numpy(), adaptation.kernel_ms(times, compute))
+
+
+@pytest.mark.parametrize("field, value, problem", [
+    ("exponent", -1.0, "must be positive"),
+    ("compute_scale", "2", "expected a finite number"),
+    ("per_kernel_ms", float("nan"), "expected a finite number"),
+    ("samples", -3, "non-negative integer"),
+    ("reference_networks", "resnet18", "list of strings"),
+    ("scale", 2.0, "unknown field"),
+])
+def test_an_invalid_adaptation_field_names_the_field(field, value, problem):
+    data = load_profile(SOURCE).to_dict()
+    data["adaptation"] = {**Adaptation().to_dict(), field: value}
+    with pytest.raises(ProfileError, match=rf"'adaptation\.{field}': .*{problem}"):
+        Profile.from_dict(data, source="bad.json")
+    data["adaptation"] = [1, 2]
+    with pytest.raises(ProfileError, match=r"'adaptation': expected an object"):
+        Profile.from_dict(data, source="bad.json")
+
+
+def test_draw_is_stratified_and_checks_k():
+    items = [Network("big" if i < 3 else "small", f"n{i}", (1,), nn.Identity) for i in range(12)]
+    picked = draw(items, 4, seed=0)
+    assert len(picked) == 4 and {n.set for n in picked} == {"big", "small"}
+    assert draw(items, 4, seed=0) == picked
+    assert draw(items, 12, seed=5) == items
+    with pytest.raises(ValueError, match="between 0 and 12"):
+        draw(items, 13, seed=0)
+
+
+def test_choose_source_prefers_the_source_the_samples_follow(graphs, kernels):
+    samples = samples_of(graphs, synthetic(kernels, 1.0, 0.05))
+    index, scores = choose_source(["torch-cpu", SOURCE], samples)
+    assert index == 1 and set(scores) == {"torch-cpu", SOURCE}
+
+
+def test_zero_shot_scales_compute_and_memory_by_the_descriptor_ratios(graphs):
+    target = DeviceDescriptor("openvino-cpu", "bf16", threads=1, peak_ops_s=4e11, memory_bandwidth_bytes_s=1e11)
+    sources = [("torch-cpu", LOCAL_DESCRIPTORS["torch-cpu"]), (SOURCE, LOCAL_DESCRIPTORS[SOURCE])]
+    profile = profile_from_descriptor(target, sources)
+    a = profile.adaptation
+    assert a.source == SOURCE and a.method == "descriptor"     # the same runtime wins
+    assert a.compute_scale == pytest.approx(LOCAL_DESCRIPTORS[SOURCE].peak_ops_s / 4e11)
+    assert a.memory_scale == pytest.approx(LOCAL_DESCRIPTORS[SOURCE].memory_bandwidth_bytes_s / 1e11 * 2 / 4)
+    assert profile.fingerprint["precision"] == "bf16"
+    unknown = profile_from_descriptor(DeviceDescriptor("tvm-cpu"), sources).adaptation
+    assert (unknown.compute_scale, unknown.memory_scale) == (1.0, 1.0)
+    assert unknown.fit["unknown_ratios_taken_as_1"] == ["peak_ops_s", "memory_bandwidth_bytes_s"]
+    with pytest.raises(ValueError, match="'threads': expected a positive integer"):
+        DeviceDescriptor("openvino-cpu", threads=0)
+    with pytest.raises(ValueError, match="'peak_flops': unknown"):
+        DeviceDescriptor.from_dict({"runtime": "openvino-cpu", "peak_flops": 1e12})
+
+
+def test_cli_adapt_measures_references_and_writes_the_profile(tmp_path, monkeypatch, capsys):
+    pool = [Network("mobile", "tiny", (1, 3, 32, 32), lambda: small_net(8, 1)),
+            Network("large", "wide", (1, 3, 32, 32), lambda: small_net(64, 3)),
+            Network("nb201", "deep", (1, 3, 32, 32), lambda: small_net(12, 6))]
+    monkeypatch.setattr(adapt_command, "reference_pool", lambda: pool)
+    source = Estimator(SOURCE)
+
+    def fake_measure(self, model, input_shape, warmup=5, repeats=25):     # a device 1.5x slower than the source
+        return Latency.from_runs([1.5 * source(model, input_shape=input_shape)] * repeats, self.threads)
+
+    monkeypatch.setattr(TorchCpu, "measure", fake_measure)
+    out = tmp_path / "adapted.json"
+    assert cli_main(["adapt", "--from", f"torch-cpu,{SOURCE}", "--backend", "torch-cpu", "--samples", "3",
+                     "--seed", "1", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "adapting openvino-cpu" in printed and "correction (scale)" in printed and f"wrote {out}" in printed
+    profile = load_profile(out)
+    assert profile.name == f"torch-cpu-1t-f32-from-{SOURCE}"
+    assert profile.fingerprint["backend"] == "torch-cpu"
+    assert profile.adaptation.samples == 3 and profile.adaptation.seed == 1
+    assert sorted(profile.adaptation.reference_networks) == ["deep", "tiny", "wide"]
+    assert profile.adaptation.compute_scale == pytest.approx(1.5, rel=0.05)
+
+
+def test_cli_adapt_from_a_descriptor_and_its_errors(tmp_path, capsys):
+    descriptor = tmp_path / "device.json"
+    descriptor.write_text(json.dumps({"runtime": "openvino-cpu", "precision": "f32", "threads": 4,
+                                      "peak_ops_s": 4 * 32 * 2.6e9, "memory_bandwidth_bytes_s": 4 * 32 * 2.6e9}))
+    out = tmp_path / "zero.json"
+    assert cli_main(["adapt", "--descriptor", str(descriptor), "--out", str(out)]) == 0
+    profile = load_profile(out)
+    assert profile.adaptation.source == "openvino-cpu-2t"            # same runtime, nearest thread count
+    assert profile.adaptation.compute_scale == pytest.approx(0.5)
+    assert cli_main(["adapt", "--from", SOURCE, "--out", str(out)]) == 2
+    assert "adapt needs --from, --backend and --samples" in capsys.readouterr().err
+    descriptor.write_text(json.dumps({"runtime": "openvino-cpu", "precision": "int4"}))
+    assert cli_main(["adapt", "--descriptor", str(descriptor), "--out", str(out)]) == 2
+    assert "'precision': expected one of" in capsys.readouterr().err
