@@ -30,13 +30,26 @@ def test_training_adds_grads_and_optimizer_state(optimizer, states):
     graph = at.trace(small_net(), input_shape=SHAPE)
     estimate = estimate_memory(graph, training=True, optimizer=optimizer)
     params, x, y = 3232, 4 * 3 * 256, 4 * 8 * 256
-    assert estimate.activation_peak_bytes == x + 3 * y          # input + every layer output
+    # saved for backward: the input (read by conv1's backward) and the ReLU output (read by
+    # ReLU's and conv2's backward, counted once); conv1's and conv2's outputs are not kept
+    assert estimate.activation_peak_bytes == x + y
+    assert list(estimate.layers.saved_bytes) == [0, y, 0]
     assert estimate.grads_bytes == params
     assert estimate.optimizer_bytes == states * params
-    # backward at conv2: all activations, conv2's gradients (584 params) and its gradient pair
-    assert list(estimate.layers.backward_live_bytes) == [x + y + params + x + y, x + 2 * y + 4 * 584 + 2 * y,
-                                                         x + 3 * y + 4 * 584 + 2 * y]
-    assert estimate.total_bytes == (1 + states) * params + x + 5 * y + 4 * 584
+    # backward at layer i: saved activations of layers <= i, gradients of layers >= i, the gradient pair
+    assert list(estimate.layers.backward_live_bytes) == [x + params + x + y, x + y + 4 * 584 + 2 * y,
+                                                         x + y + 4 * 584 + 2 * y]
+    assert estimate.total_bytes == (1 + states) * params + x + 3 * y + 4 * 584
+
+
+def test_training_keeps_what_backward_reads():
+    """Max pools keep int64 indices; adds and average pools keep nothing; a sigmoid keeps its output."""
+    net = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.MaxPool2d(2), nn.Sigmoid(), nn.AvgPool2d(2))
+    estimate = estimate_memory(at.trace(net, input_shape=SHAPE), training=True)
+    x, y, pooled = 4 * 3 * 256, 4 * 8 * 256, 4 * 8 * 64
+    # conv keeps the input; max pool the conv output and 8-byte indices; sigmoid its output
+    assert list(estimate.layers.saved_bytes) == [y, 2 * pooled, pooled, 0]
+    assert estimate.activation_peak_bytes == x + y + 3 * pooled
 
 
 def test_free_layers_add_no_memory():
