@@ -75,6 +75,18 @@ def test_shipped_sweeps_load_and_respect_limits():
         assert ops <= MAX_OPS and elems <= MAX_ELEMS
 
 
+def test_sweep_sets_its_own_size_limits(tmp_path):
+    rows = "conv2d,1,32,28,,128,128,3,,,,\n"          # 7.4e9 ops: above the default limit
+    with pytest.raises(SweepError, match="above the size limits"):
+        load_sweep(write_sweep(tmp_path, rows, "big"))
+    (tmp_path / "big.csv").write_text("# max_ops: 2e10\n" + HEADER + rows)
+    (spec,) = load_sweep(tmp_path / "big.csv")
+    assert estimate_size(spec)[0] == 32 * 28 * 28 * 128 * 128 * 9 * 2
+    (tmp_path / "big.csv").write_text("# max_ops: lots\n" + HEADER + rows)
+    with pytest.raises(SweepError, match="max_ops must be a number, got 'lots'"):
+        load_sweep(tmp_path / "big.csv")
+
+
 # --- generator ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("spec, kinds", [

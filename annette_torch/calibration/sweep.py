@@ -16,7 +16,9 @@ random draws of the other cells (``count`` may be empty for 1). Draws are seeded
 sweep's name and the row, so a sweep always yields the same benchmarks; each benchmark's
 id is a hash of its family and parameters, which is what makes campaigns resumable.
 Benchmarks above :data:`MAX_OPS` operations or :data:`MAX_ELEMS` activation elements
-are redrawn (random cells) or skipped (grid points) to keep single runs short.
+are redrawn (random cells) or skipped (grid points) to keep single runs short; a sweep
+may set its own limits with comment lines ``# max_ops: 2e10`` and ``# max_elems: 1e8``
+(a training sweep needs the large batched convs real networks have).
 """
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ import json
 import math
 import os
 import random
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +39,7 @@ PARAMETERS = ("n", "h", "w", "c", "f", "k", "stride", "groups", "op", "pool")
 MAX_OPS = 4e9          # multiply-adds x 2 of one benchmark network (a VGG conv is 3.7e9)
 MAX_ELEMS = 24e6       # elements of the largest activation tensor
 _REDRAWS = 200
+_LIMIT = re.compile(r"#\s*(max_ops|max_elems)\s*:\s*(\S+)\s*$")
 
 
 class SweepError(ValueError):
@@ -127,6 +131,13 @@ def load_sweep(name_or_path: str | os.PathLike) -> list[BenchmarkSpec]:
     from .generator import FAMILIES
 
     path = sweep_path(name_or_path)
+    limits = {"max_ops": MAX_OPS, "max_elems": MAX_ELEMS}
+    for line in path.read_text().splitlines():
+        if match := _LIMIT.match(line.strip()):
+            try:
+                limits[match[1]] = float(match[2])
+            except ValueError:
+                raise SweepError(f"{path}: {match[1]} must be a number, got {match[2]!r}") from None
     lines = [line for line in path.read_text().splitlines() if line.strip() and not line.lstrip().startswith("#")]
     reader = csv.DictReader(io.StringIO("\n".join(lines)))
     expected = ("family", "count") + PARAMETERS
@@ -148,7 +159,7 @@ def load_sweep(name_or_path: str | os.PathLike) -> list[BenchmarkSpec]:
         made, last_error = 0, "every draw was above the size limits"
         for point in itertools.product(*(cells[p].values for p in grid_names)):
             for _ in range(count):
-                spec, error = _draw(family, cells, dict(zip(grid_names, point)), rng)
+                spec, error = _draw(family, cells, dict(zip(grid_names, point)), rng, **limits)
                 if spec is not None:
                     specs.setdefault(spec.id, spec)
                     made += 1
@@ -158,8 +169,8 @@ def load_sweep(name_or_path: str | os.PathLike) -> list[BenchmarkSpec]:
     return list(specs.values())
 
 
-def _draw(family: str, cells: dict[str, _Cell], fixed: dict[str, Any],
-          rng: random.Random) -> tuple[BenchmarkSpec | None, str | None]:
+def _draw(family: str, cells: dict[str, _Cell], fixed: dict[str, Any], rng: random.Random,
+          max_ops: float = MAX_OPS, max_elems: float = MAX_ELEMS) -> tuple[BenchmarkSpec | None, str | None]:
     """A spec within the size limits, redrawing the random cells; else (None, why).
     Grid points that make no network (a pool window larger than the input) are skipped."""
     from .generator import estimate_size
@@ -175,6 +186,6 @@ def _draw(family: str, cells: dict[str, _Cell], fixed: dict[str, Any],
         except ValueError as invalid:
             error = str(invalid)
             continue
-        if ops <= MAX_OPS and elems <= MAX_ELEMS:
+        if ops <= max_ops and elems <= max_elems:
             return spec, None
     return None, error
