@@ -79,6 +79,8 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         optimizer_ms = estimator.optimizer_step(target, args.optimizer)
         print(f"training step with {args.optimizer}: {report.attrs['total_ms']:.3f} ms forward + backward "
               f"+ {optimizer_ms:.3f} ms optimizer step = {report.attrs['total_ms'] + optimizer_ms:.3f} ms")
+    if args.memory:
+        _print_memory(estimator, target, args.memory, args.optimizer)
     for warning in caught:
         print(f"warning: {warning.message}", file=sys.stderr)
     if args.csv:
@@ -89,6 +91,19 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         from .plotting import plot_report
         print(f"wrote {plot_report(report, estimator.profile, args.plot)}")
     return 0
+
+
+def _print_memory(estimator: Estimator, target, mode: str, optimizer: str) -> None:
+    """The memory section of ``estimate --memory``: one step's estimated peak and its parts."""
+    training = mode == "training" or (mode == "auto" and estimator.profile.training is not None)
+    memory = estimator.memory(target, training=training, optimizer=optimizer)
+    mib = 2 ** 20
+    parts = [f"parameters {memory.params_bytes / mib:.1f}",
+             f"{'saved activations' if training else 'activation peak'} {memory.activation_peak_bytes / mib:.1f}"]
+    if training:
+        parts += [f"gradients {memory.grads_bytes / mib:.1f}", f"{optimizer} state {memory.optimizer_bytes / mib:.1f}"]
+    print(f"memory ({'training step with ' + optimizer if training else 'inference'}): peak {memory.total_mb:.1f} MiB "
+          f"({', '.join(parts)} MiB; im2col workspace up to {memory.workspace_bytes / mib:.1f} MiB, not added)")
 
 
 def cmd_profiles(args: argparse.Namespace) -> int:
@@ -214,8 +229,12 @@ def build_parser() -> argparse.ArgumentParser:
     est.add_argument("--model-type", help="use this layer-model type (e.g. roofline) instead of the profile's preference")
     est.add_argument("--no-mapping", action="store_true", help="skip the fusion rules (each layer is a kernel)")
     est.add_argument("--all", action="store_true", help="also list free kernels (views, identity, dropout)")
+    est.add_argument("--memory", nargs="?", const="auto", choices=("auto", "inference", "training"),
+                     help="also print the memory estimate (Augur): inference, or a training step "
+                          "(default: training with a training profile, else inference)")
     est.add_argument("--optimizer", default="sgd",
-                     help="with a training profile (torch-cpu-train): the optimizer of the step (sgd, momentum, adam)")
+                     help="the optimizer of a training step (sgd, momentum, adam): its time with a training profile "
+                          "(torch-cpu-train), its state with --memory training")
     est.set_defaults(func=cmd_estimate)
     prof = sub.add_parser("profiles", help="list the built-in profiles with their fingerprints")
     prof.set_defaults(func=cmd_profiles)

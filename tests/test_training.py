@@ -147,3 +147,17 @@ def test_training_backend_backward_hooks_see_the_backward_pass():
     infer = get_backend("torch-cpu", threads=1).profile(model, (64, 1024), ["0"], warmup=2, repeats=5)
     ratio = np.median(train.kernels[0].runs_ms) / np.median(infer.kernels[0].runs_ms)
     assert ratio > 1.8     # backward is two matmuls of the forward's size
+
+
+def test_cli_prints_training_step_and_memory_sections(tmp_path, capsys):
+    from annette_torch.cli import main as cli_main
+
+    path = Profile.from_dict(training_profile()).save(tmp_path / "toy-train.json")
+    assert cli_main(["estimate", "torchvision:resnet18", "--profile", str(path), "--input-shape", "8,3,64,64",
+                     "--optimizer", "adam", "--memory"]) == 0
+    out = capsys.readouterr().out
+    assert "training step with adam:" in out and "optimizer step =" in out
+    assert "memory (training step with adam): peak" in out and "adam state 89.3 MiB" in out
+    assert cli_main(["estimate", "torchvision:resnet18", "--profile", "zcu102-dpu", "--memory"]) == 0
+    out = capsys.readouterr().out
+    assert "memory (inference): peak" in out and "training step" not in out
