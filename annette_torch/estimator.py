@@ -24,7 +24,7 @@ from .kinds import FEATURES
 from .layer_models.adapted import AdaptedKernels
 from .layer_models.fused_layers import FusedLayers
 from .layer_models.weights_from_memory import WeightsFromMemory
-from .mapping import KernelTable, map_kernels
+from .mapping import NO_INPUT_GRAD, KernelTable, map_kernels
 from .memory import MemoryEstimate, estimate_memory
 from .profiles import Profile, load_profile
 from .profiles import check_machine
@@ -89,13 +89,17 @@ class Estimator:
 
     def kernel_table(self, graph: LayerGraph) -> KernelTable:
         """The kernels ``graph`` runs as on this target (cached on the graph)."""
-        return map_kernels(graph, self._rules, self.profile.optimizes_graph)
+        training = False if self.profile.training is not None else None   # a data batch requires no grad
+        return map_kernels(graph, self._rules, self.profile.optimizes_graph, training)
 
     def layer_model(self, kernel_kind: str) -> tuple[str, str, Any]:
         """(model type, profile entry, layer model) that answers ``kernel_kind``, with the
         profile's weights-from-memory floor when this estimator applies it."""
         if kernel_kind not in self._models:
-            type_name, entry, model = self.profile.model_for(kernel_kind, self.model_type)
+            kind = kernel_kind
+            if kind.endswith(NO_INPUT_GRAD) and not any(kind in m for m in self.profile.layer_models.values()):
+                kind = kind[: -len(NO_INPUT_GRAD)]     # not calibrated: the kind with its input gradient
+            type_name, entry, model = self.profile.model_for(kind, self.model_type)
             if self.weights_from_memory:
                 bits = getattr(self.profile.layer_models["roofline"]["default"], "bit_weights", 32)
                 model = WeightsFromMemory(model, self.profile.weight_bandwidth_bytes_s, bits)

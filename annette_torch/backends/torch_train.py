@@ -158,6 +158,7 @@ class TorchCpuTrain(TorchCpu):
     """Training passes of PyTorch eager with ``torch.set_num_threads(threads)``."""
 
     name = "torch-cpu-train"
+    trains = True
 
     def __init__(self, threads: int = 1, precision: str | None = None) -> None:
         super().__init__(threads, precision)

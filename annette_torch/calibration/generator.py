@@ -15,6 +15,7 @@ Context families (layers as real networks hold them, read from a conv's output):
 ``conv_pool`` (overlapping pools), ``squeeze_excite``, ``dense_layer`` (concat and
 pre-activation BN-ReLU), ``attention`` (ViT), ``window_attention`` (Swin),
 ``branch_sum`` (a NAS cell's node summing pool and skip branches).
+Training families: ``stem`` (a first conv, whose input needs no gradient).
 
 Parameters (see :data:`.sweep.PARAMETERS`): ``n`` batch, ``h``/``w`` input size (``w``
 defaults to ``h``), ``c``
@@ -183,6 +184,27 @@ def conv2d(p: dict[str, Any]) -> tuple[nn.Module, tuple[int, ...]]:
     net = nn.Sequential()
     net.add_module("conv", nn.Conv2d(p["c"], p["f"], p["k"], p["stride"], p["k"] // 2, groups=p["groups"]))
     return net, (p["n"], p["c"], p["h"], p["w"])
+
+
+class _Detached(nn.Module):
+    """``layer`` applied to its input cut from autograd, as a network's first layer reads
+    a data batch: in a training pass it computes only its weights' gradients."""
+
+    def __init__(self, layer: nn.Module) -> None:
+        super().__init__()
+        self.conv = layer
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv(x.detach())
+
+
+@family("stem", ("h", "w", "c", "f", "k"), {"stride": 1, "groups": 1}, _conv_size)
+def stem(p: dict[str, Any]) -> tuple[nn.Module, tuple[int, ...]]:
+    """A network's first convolution (for training passes): a conv whose input needs no
+    gradient (``detach``), with 'same' padding."""
+    _check_groups(p["c"], p["f"], p["groups"])
+    conv = nn.Conv2d(p["c"], p["f"], p["k"], p["stride"], p["k"] // 2, groups=p["groups"])
+    return _Detached(conv), (p["n"], p["c"], p["h"], p["w"])
 
 
 @family("linear", ("c", "f"), {}, lambda p: (2.0 * p["n"] * p["c"] * p["f"], float(p["n"] * max(p["c"], p["f"]))))

@@ -97,7 +97,7 @@ def _fit_pass(data: StoreData, train: set[str], min_time_ms: float, max_spread: 
     rules, decisions = learn_rules(data, train)
     fitted = data.networks.index.isin(train)
     gap = fit_gap(*(data.networks[c].to_numpy()[fitted] for c in ("time_ms", "layers_sum_ms", "kernels")))
-    table = kernel_table(data, rules, _optimizes_graph(data.fingerprint.get("backend")))
+    table = kernel_table(data, rules, _optimizes_graph(data.fingerprint.get("backend")), _trains(data.fingerprint.get("backend")))
     keep = (table["measured"] & table["agrees"] & (table["time_ms"] >= min_time_ms)
             & ~(table["spread"] > max_spread))
     kernels = table[keep].assign(train=lambda t: t["benchmark"].isin(train))
@@ -125,6 +125,13 @@ def _fit_pass(data: StoreData, train: set[str], min_time_ms: float, max_spread: 
     return _Pass(rules, decisions, gap, kernels, fits, default,
                  fit_weight_bandwidth(rows, gap.scale, default.bit_weights),
                  fit_fused_costs(fused, modelled, seconds, min_rows))
+
+
+def _trains(backend: str | None) -> bool:
+    """Whether the store's backend times training passes (its kernels are forward + backward)."""
+    from ..backends import BACKENDS
+
+    return bool(getattr(BACKENDS.get(backend), "trains", False))
 
 
 def _optimizes_graph(backend: str | None) -> bool:

@@ -84,7 +84,8 @@ def layer_groups(layers: pd.DataFrame) -> dict[tuple[str, str], str]:
     return groups
 
 
-def kernel_table(data: StoreData, rules: tuple[FusionRule, ...], optimize_graph: bool = False) -> pd.DataFrame:
+def kernel_table(data: StoreData, rules: tuple[FusionRule, ...], optimize_graph: bool = False,
+                 training: bool = False) -> pd.DataFrame:
     """One row per non-free kernel of every benchmark under ``rules``: benchmark, family,
     kernel (primary layer), kind, layers (``+``-joined), time_ms, spread (the primary's),
     measured (the primary was executed), agrees (see module doc; with ``optimize_graph``
@@ -104,7 +105,7 @@ def kernel_table(data: StoreData, rules: tuple[FusionRule, ...], optimize_graph:
 
     rows, features = [], []
     for benchmark, graph in data.graphs.items():
-        table = map_kernels(graph, rules, optimize_graph)
+        table = map_kernels(graph, rules, optimize_graph, True if training else None)   # benchmark inputs require grad
         family = data.networks.at[benchmark, "family"]
         for k in np.flatnonzero(~table.free):
             members = table.layers[k]

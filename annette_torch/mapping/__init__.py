@@ -1,5 +1,5 @@
 """The mapping model: fusion rules and the kernel table they produce."""
-from .kernels import KernelTable, map_kernels
+from .kernels import NO_INPUT_GRAD, KernelTable, map_kernels
 from .rules import Clause, FusionRule
 
-__all__ = ["Clause", "FusionRule", "KernelTable", "map_kernels"]
+__all__ = ["Clause", "FusionRule", "KernelTable", "NO_INPUT_GRAD", "map_kernels"]

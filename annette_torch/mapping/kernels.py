@@ -17,7 +17,8 @@ outside, its output is that of its last layer.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -45,15 +46,50 @@ class KernelTable:
         return len(self.names)
 
 
-def map_kernels(graph: LayerGraph, rules: tuple[FusionRule, ...], optimize_graph: bool = False) -> KernelTable:
+NO_INPUT_GRAD = ":no-input-grad"   # kind suffix of a training kernel whose inputs need no gradient
+
+
+def map_kernels(graph: LayerGraph, rules: tuple[FusionRule, ...], optimize_graph: bool = False,
+                input_requires_grad: bool | None = None) -> KernelTable:
     """Kernel table of ``graph`` under ``rules``; with ``optimize_graph`` the layers a
     graph compiler removes (:attr:`LayerGraph.folded`: constant subgraphs, repeated
-    parameter-free layers) are free kernels. Cached on the graph."""
-    key = ("kernels", rules, optimize_graph)
+    parameter-free layers) are free kernels. For a training pass, ``input_requires_grad``
+    says whether the network input requires grad (a data batch does not; a calibration
+    benchmark's input does): a kernel with weights whose inputs need no gradient (the
+    first conv of a network, or one after ``detach``) computes only its weights'
+    gradients, so its kind gets the suffix :data:`NO_INPUT_GRAD`. Cached on the graph."""
+    key = ("kernels", rules, optimize_graph, input_requires_grad)
     cached = graph._cache.get(key)
     if cached is None:
-        cached = graph._cache[key] = _map(graph, rules, graph.folded if optimize_graph else frozenset())
+        cached = _map(graph, rules, graph.folded if optimize_graph else frozenset())
+        if input_requires_grad is not None:
+            cached = _mark_no_input_grad(graph, cached, input_requires_grad)
+        graph._cache[key] = cached
     return cached
+
+
+def _mark_no_input_grad(graph: LayerGraph, table: KernelTable, input_requires_grad: bool) -> KernelTable:
+    """``table`` with :data:`NO_INPUT_GRAD` appended to the kinds of weighted kernels whose
+    primary layer reads only tensors that do not require grad (propagated from the input:
+    a layer's output requires grad if an input does or it has weights; ``detach`` stops it)."""
+    requires: dict[str, bool] = {}
+    for layer in graph.layers:
+        if layer.op == "detach":
+            requires[layer.name] = False
+        else:
+            reads = [requires[p] for p in layer.parents] if layer.parents else [input_requires_grad]
+            requires[layer.name] = any(reads) or layer.counts.weight_elems > 0
+    kinds = list(table.kinds)
+    for k, name in enumerate(table.names):
+        layer = graph[name]
+        if not table.free[k] and layer.counts.weight_elems > 0 and \
+                not any(requires[p] for p in layer.parents) and not (input_requires_grad and not layer.parents):
+            kinds[k] += NO_INPUT_GRAD
+    groups: dict[str, list[int]] = {}
+    for k, kind in enumerate(kinds):
+        groups.setdefault(kind, []).append(k)
+    return replace(table, kinds=kinds,
+                               groups={kind: np.array(idx, dtype=np.intp) for kind, idx in groups.items()})
 
 
 def _map(graph: LayerGraph, rules: tuple[FusionRule, ...], folded: frozenset[str]) -> KernelTable:
