@@ -9,7 +9,7 @@
     annette-torch stores DIR [--compact] [--by-family]
     annette-torch fit --data STORE_DIR --out PROFILE_DIR [--name NAME] [--seed S] [--test-share F] [--first N] [--sample N]
     annette-torch adapt --from PROFILE[,PROFILE...] --backend B [--threads N] [--precision P] --samples K
-                  [--seed S] --out FILE.json [--name NAME] [--warmup W] [--repeats R]
+                  [--seed S] [--mapping M] --out FILE.json [--name NAME] [--warmup W] [--repeats R]
     annette-torch adapt --descriptor DEVICE.json [--from PROFILE,...] --out FILE.json [--name NAME]
 """
 from __future__ import annotations
@@ -204,7 +204,7 @@ def cmd_adapt(args: argparse.Namespace) -> int:
         if not (args.backend and sources and args.samples is not None):
             raise ValueError("adapt needs --from, --backend and --samples (or --descriptor for a zero-shot profile)")
         profile = transfer_adapt.few_shot(sources, args.backend, args.threads, args.precision, args.samples, args.seed,
-                                          args.name, args.warmup, args.repeats)
+                                          args.name, args.warmup, args.repeats, args.mapping)
     print(f"wrote {profile.save(args.out)}")
     return 0
 
@@ -286,6 +286,11 @@ def build_parser() -> argparse.ArgumentParser:
     adapt.add_argument("--precision", help="arithmetic precision (default: the backend's own)")
     adapt.add_argument("--samples", type=int, help="reference networks to measure (0 to 32; 10 is a good start)")
     adapt.add_argument("--seed", type=int, default=0, help="picks the reference networks (default 0)")
+    adapt.add_argument("--mapping", choices=("backend", "choose", "source", "unfused", "eager"), default="backend",
+                       help="how the device maps layers to kernels: as the backend declares (default; "
+                            "torch-cpu: eager, graph compilers: the source's fusion rules), chosen by "
+                            "leave-one-out on the samples, or the source's / no fusion / no fusion and "
+                            "no graph optimization")
     adapt.add_argument("--descriptor", help="device descriptor JSON: build a zero-shot profile, measure nothing")
     adapt.add_argument("--out", required=True, help="where to write the adapted profile (.json)")
     adapt.add_argument("--name", help="profile name (default: derived from the device and the source)")

@@ -56,7 +56,9 @@ class Estimator:
     profile JSON file, or a :class:`Profile`. ``model_type`` picks one layer-model type
     (e.g. ``"roofline"``) instead of the profile's preference; kinds it has no entry for
     use the roofline. ``use_mapping=False`` skips the fusion rules (every layer is its
-    own kernel), for comparing against the stacked model. ``weights_from_memory=False``
+    own kernel), for comparing against the stacked model. A profile adapted to another
+    device maps with its adaptation's ``fusion`` and ``optimizes_graph``
+    (:mod:`annette_torch.layer_models.adapted`). ``weights_from_memory=False``
     drops the profile's floor of weight bytes over memory bandwidth per kernel (see
     :mod:`annette_torch.layer_models.weights_from_memory`), for networks whose weights
     stay cached between inferences, such as a calibration benchmark run in a loop.
@@ -73,7 +75,11 @@ class Estimator:
         self.use_mapping = use_mapping
         self.weights_from_memory = weights_from_memory and self.profile.weight_bandwidth_bytes_s is not None
         self._models: dict[str, tuple[str, str, Any]] = {}
-        self._rules = self.profile.mapping if use_mapping else ()
+        adaptation = self.profile.adaptation        # an adapted profile maps as its target does
+        rules = self.profile.mapping if adaptation is None else adaptation.rules(self.profile.mapping)
+        self._rules = rules if use_mapping else ()
+        self._folds = (self.profile.optimizes_graph if adaptation is None
+                       else adaptation.folds(self.profile.optimizes_graph))
         self._plan_key = ("plan", object())  # this estimator's entry in a graph's cache
 
     def __repr__(self) -> str:
@@ -90,7 +96,7 @@ class Estimator:
     def kernel_table(self, graph: LayerGraph) -> KernelTable:
         """The kernels ``graph`` runs as on this target (cached on the graph)."""
         training = False if self.profile.training is not None else None   # a data batch requires no grad
-        return map_kernels(graph, self._rules, self.profile.optimizes_graph, training)
+        return map_kernels(graph, self._rules, self._folds, training)
 
     def layer_model(self, kernel_kind: str) -> tuple[str, str, Any]:
         """(model type, profile entry, layer model) that answers ``kernel_kind``, with the

@@ -15,12 +15,22 @@ built-in profile of another device is a source:
   descriptor and the nearest source (descriptors: ``LOCAL_DESCRIPTORS``).
 * k = 5, 10, 20: k of the target's measured networks drawn by seed (stratified as the
   reference pool of ``annette-torch adapt`` is: torchvision networks below 1.2 GFLOPs,
-  the larger ones, NAS-Bench-201 networks), the source adapted to them (:func:`annette_torch.transfer.fit_adaptation`), scored on
-  the target's other networks; mean over ``--seeds`` draws. ``auto`` adapts the source
-  with the best leave-one-out score on the k samples (no peeking at the scored networks).
+  the larger ones, NAS-Bench-201 networks), the source adapted to them
+  (:func:`annette_torch.transfer.fit_adaptation`), scored on the target's other
+  networks; mean over ``--seeds`` draws. The target's mapping is the one its backend
+  declares (:func:`annette_torch.transfer.backend_mapping`, fixed a priori: PyTorch
+  eager runs every layer as its own kernel and optimizes nothing; OpenVINO and ONNX
+  Runtime map as the source). ``auto`` adapts the source with the best leave-one-out
+  score on the k samples (no peeking at the scored networks); ``auto, mapping by LOO``
+  chooses the mapping (source's, unfused, eager) by leave-one-out with the terms
+  instead, and ``auto, source mapping`` (where the backend's differs) keeps the
+  source's.
 
 The target's own profile (a full calibration campaign), where it has one, is listed for
-comparison. Writes ``<out>.txt`` (the tables) and ``<out>.json`` (every number).
+comparison, and, for k > 0, the same profile adapted to k of the target's networks as
+the other sources are ("own profile, adapted": no transfer, what k networks fix in the
+calibrated layer models; not a candidate of ``auto``). Writes ``<out>.txt`` (the
+tables) and ``<out>.json`` (every number).
 
 ``--score`` instead scores one profile (e.g. written by ``annette-torch adapt``) on the
 measured networks of ``--target`` that are not among its reference networks.
@@ -28,6 +38,7 @@ measured networks of ``--target`` that are not among its reference networks.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 import warnings
@@ -38,12 +49,14 @@ import torch
 from tqdm import tqdm
 
 from accuracy import RESULTS_ROOT, metrics, networks, read_measured
-from annette_torch import Estimator, trace
+from annette_torch import Estimator, load_profile, trace
 from annette_torch.atomic import atomic_path
 from annette_torch.backends import get_backend
 from annette_torch.calibration.store import fingerprint_folder
-from annette_torch.transfer import LOCAL_DESCRIPTORS, SourceKernels, draw, fit_adaptation, profile_from_descriptor
-from annette_torch.transfer.fewshot import choose_terms
+from annette_torch.backends import BACKENDS
+from annette_torch.transfer import (LOCAL_DESCRIPTORS, MAPPINGS, SourceKernels, backend_mapping, draw, fit_adaptation,
+                                    mapping_choices, profile_from_descriptor)
+from annette_torch.transfer.fewshot import SOURCE_MAPPING, candidate_name, remapped
 
 #: device configuration -> (backend, threads, precision); its built-in profile has the same name if any
 DEVICES = {"openvino-cpu": ("openvino-cpu", 1, "f32"), "openvino-cpu-2t": ("openvino-cpu", 2, "f32"),
@@ -79,47 +92,74 @@ def mean_scores(runs: list[dict]) -> dict:
                    for how, fn in (("mean", np.mean), ("median", np.median))} for name in SETS}
 
 
+@functools.lru_cache(maxsize=None)
+def policy_mappings(policy: str, target: str, profile: str) -> list:
+    """The candidate mappings of the target under ``policy`` for a source profile:
+    "backend" (what the target's backend declares, fixed a priori), "source" (the
+    source's) or "choose" (every mapping that differs for the source, by leave-one-out)."""
+    if policy == "backend":
+        return [backend_mapping(BACKENDS[DEVICES[target][0]])]
+    if policy == "source":
+        return [SOURCE_MAPPING]
+    return mapping_choices(load_profile(profile))
+
+
 def evaluate_target(target: str, measured: dict, kernels: dict, strata: dict, ks: list[int], seeds: int) -> dict:
-    """Every row of one target's table: (source, k) -> scores and the terms chosen;
-    ``strata``: (set, network) -> the stratum its draws are stratified by."""
+    """Every row of one target's table: (source, k) -> scores and the candidates chosen
+    (mapping/terms; for auto: source/mapping); ``kernels``: profile -> mapping (each of
+    ``MAPPINGS``) -> (set, network) -> source kernels; ``strata``: (set, network) -> the
+    stratum its draws are stratified by. The per-source rows, ``auto`` and the own
+    profile adapted use the mapping the target's backend declares; ``auto, source
+    mapping`` (where that differs) and ``auto, mapping by LOO`` the other policies."""
     keys = sorted(measured)
     sources = [p for p in PROFILES if p != target]
     rows = {}
     if target in PROFILES:
-        own = {key: kernels[target][key].estimate_ms() for key in keys}
+        own = {key: kernels[target][SOURCE_MAPPING][key].estimate_ms() for key in keys}
         rows["own profile", 0] = {"scores": mean_scores([scores(keys, own, measured)]), "terms": {}}
     if 0 in ks:
         zero_shot = profile_from_descriptor(LOCAL_DESCRIPTORS[target],
                                             [(p, LOCAL_DESCRIPTORS[p]) for p in sources]).adaptation
-        estimates = {key: kernels[zero_shot.source][key].estimate_ms(zero_shot) for key in keys}
+        estimates = {key: kernels[zero_shot.source][SOURCE_MAPPING][key].estimate_ms(zero_shot) for key in keys}
         rows[f"descriptor ({zero_shot.source})", 0] = {
             "scores": mean_scores([scores(keys, estimates, measured)]), "terms": {},
             "compute_scale": zero_shot.compute_scale, "memory_scale": zero_shot.memory_scale}
         for source in sources:
-            estimates = {key: kernels[source][key].estimate_ms() for key in keys}
+            estimates = {key: kernels[source][SOURCE_MAPPING][key].estimate_ms() for key in keys}
             rows[source, 0] = {"scores": mean_scores([scores(keys, estimates, measured)]), "terms": {}}
     items = [(strata[key], key) for key in keys]
+    policies = {"auto": "backend", "auto, mapping by LOO": "choose"}
+    if policy_mappings("backend", target, target) != [SOURCE_MAPPING]:
+        policies["auto, source mapping"] = "source"
+    own_adapted = ["own profile, adapted"] if target in PROFILES else []
     for k in [k for k in ks if k > 0]:
-        runs = {source: [] for source in [*sources, "auto"]}
-        terms_used = {source: Counter() for source in runs}
+        runs = {name: [] for name in [*sources, *policies, *own_adapted]}
+        chosen = {name: Counter() for name in runs}
         for seed in range(seeds):
             drawn = [key for _, key in draw(items, k, seed, group=lambda item: item[0])]
             rest = [key for key in keys if key not in set(drawn)]
             y = np.array([measured[key] for key in drawn])
-            fitted = {}
-            for source in sources:
-                sample = [kernels[source][key] for key in drawn]
-                terms, candidates = choose_terms(sample, y)
-                adaptation = fit_adaptation(sample, y, terms)
-                estimates = {key: kernels[source][key].estimate_ms(adaptation) for key in rest}
-                fitted[source] = (candidates.get("+".join(terms), np.inf), scores(rest, estimates, measured))
-                runs[source].append(fitted[source][1])
-                terms_used[source]["+".join(terms)] += 1
-            best = min(sources, key=lambda s: fitted[s][0])
-            runs["auto"].append(fitted[best][1])
-            terms_used["auto"][best] += 1
-        for source, results in runs.items():
-            rows[source, k] = {"scores": mean_scores(results), "terms": dict(terms_used[source])}
+            fitted = {}                        # (policy, source) -> (LOO score, scores, mapping label)
+            for policy in set(policies.values()):
+                for source in [*sources, *(own_adapted if policy == "backend" else [])]:
+                    profile = target if source == "own profile, adapted" else source
+                    mappings = policy_mappings(policy, target, profile)
+                    sample = {m: [kernels[profile][m][key] for key in drawn] for m in mappings}
+                    adaptation = fit_adaptation(sample, y)
+                    mapping = (adaptation.fusion, adaptation.optimizes_graph)
+                    estimates = {key: kernels[profile][mapping][key].estimate_ms(adaptation) for key in rest}
+                    loo = adaptation.fit["loo_log_error"]
+                    fitted[policy, source] = (np.inf if loo is None else loo, scores(rest, estimates, measured),
+                                              adaptation.mapping_label)
+                    if policy == "backend":
+                        runs[source].append(fitted[policy, source][1])
+                        chosen[source][candidate_name(mapping, adaptation.terms)] += 1
+            for name, policy in policies.items():
+                best = min(sources, key=lambda s: fitted[policy, s][0])
+                runs[name].append(fitted[policy, best][1])
+                chosen[name][f"{best}/{fitted[policy, best][2]}"] += 1
+        for name, results in runs.items():
+            rows[name, k] = {"scores": mean_scores(results), "terms": dict(chosen[name])}
     return rows
 
 
@@ -140,23 +180,36 @@ def format_table(target: str, rows: dict, seeds: int, count: int) -> str:
 
 def format_summary(results: dict, ks: list[int]) -> str:
     """Per target and k: the automatic choice (k = 0: the descriptor's zero-shot profile;
-    k > 0: the source with the best leave-one-out score) and, for comparison, the best
-    fixed source in hindsight; MAPE and Spearman on all scored networks."""
+    k > 0: the source with the best leave-one-out score, mapping as the target's backend
+    declares) with its Spearman on the NAS-Bench-201 networks alone; for comparison the
+    automatic choice with the source's mapping and with the mapping chosen by
+    leave-one-out, the best fixed source in hindsight and the target's own profile
+    adapted the same way (k = 0: as is); MAPE and Spearman on all scored networks."""
+    def cell(row, width=7):
+        if row is None:
+            return f"{'-':>{width}}{'-':>7}"
+        return f"{row['scores']['all']['mape_mean']:{width}.1f}{row['scores']['all']['spearman_mean']:7.3f}"
+
     lines = ["\nsummary: automatic choice (k = 0: descriptor zero-shot; k > 0: source chosen per draw by "
-             "leave-one-out on the k samples) vs the best fixed source in hindsight",
-             f"{'target':<20}{'k':>3}{'MAPE all':>10}{'rho all':>9}   {'best fixed source (hindsight)':<34}"
-             f"{'MAPE':>7}{'rho':>8}"]
+             "leave-one-out on the k samples, mapping as the target's backend declares) vs the same with the "
+             "source's mapping and with the mapping chosen by leave-one-out, the best fixed source in hindsight "
+             "and the own profile adapted (MAPE %, Spearman; '=': the backend's mapping is the source's)",
+             f"{'target':<20}{'k':>3}{'MAPE':>7}{'rho':>7}{'rho nb201':>10}   {'source map':>14}   {'LOO map':>14}   "
+             f"{'best fixed source (hindsight)':<32}{'MAPE':>5}{'rho':>7}   {'own profile':>14}"]
     for target, rows in results.items():
         for k in ks:
-            fixed = {s: r for (s, kk), r in rows.items() if kk == k and s not in ("auto", "own profile")}
+            fixed = {s: r for (s, kk), r in rows.items() if kk == k and not s.startswith(("auto", "own profile"))}
             automatic = rows.get(("auto", k)) if k else next(
                 (r for (s, kk), r in rows.items() if kk == 0 and s.startswith("descriptor")), None)
             if not fixed or automatic is None:
                 continue
             best = min(fixed, key=lambda s: fixed[s]["scores"]["all"]["mape_mean"])
-            a, b = automatic["scores"]["all"], fixed[best]["scores"]["all"]
-            lines.append(f"{target:<20}{k:>3}{a['mape_mean']:10.1f}{a['spearman_mean']:9.3f}   {best:<34}"
-                         f"{b['mape_mean']:7.1f}{b['spearman_mean']:8.3f}")
+            own = rows.get(("own profile, adapted", k)) if k else rows.get(("own profile", 0))
+            source_map = rows.get(("auto, source mapping", k))
+            source_text = cell(source_map) if source_map or not k else f"{'=':>14}"
+            lines.append(f"{target:<20}{k:>3}{cell(automatic)}{automatic['scores']['nb201']['spearman_mean']:10.3f}   "
+                         f"{source_text}   {cell(rows.get(('auto, mapping by LOO', k)))}   {best:<32}"
+                         f"{cell(fixed[best], 5)}   {cell(own)}")
     return "\n".join(lines)
 
 
@@ -209,8 +262,11 @@ def main() -> None:
     measured = {d: m for d, m in measured.items() if m is not None}
     keys = sorted(set.union(*(set(m) for m in measured.values())))
     graphs = traced(keys)
-    estimators = {p: Estimator(p) for p in PROFILES}
-    kernels = {p: {key: SourceKernels.of(estimators[p], graph) for key, graph in graphs.items()} for p in PROFILES}
+    kernels = {}           # profile -> mapping -> (set, network) -> source kernels
+    for p in PROFILES:
+        estimators = {m: Estimator(remapped(load_profile(p), m)) for m in MAPPINGS}
+        kernels[p] = {m: {key: SourceKernels.of(estimator, graph) for key, graph in graphs.items()}
+                      for m, estimator in estimators.items()}
     strata = {key: "nb201" if key[0] == "nb201" else "mobile" if graph.total("ops") < MOBILE_OPS else "large"
               for key, graph in graphs.items()}
     results, text = {}, []

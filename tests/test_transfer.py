@@ -12,12 +12,16 @@ from torch import nn
 
 from annette_torch import Estimator, ProfileError, load_profile, trace
 from annette_torch.backends import Latency, TorchCpu
+from annette_torch.backends.openvino_cpu import OpenVinoCpu
 from annette_torch.cli import main as cli_main
 from annette_torch.layer_models.adapted import Adaptation
 from annette_torch.profiles import Profile
 from annette_torch.transfer import (LOCAL_DESCRIPTORS, DeviceDescriptor, Network, Sample, SourceKernels,
-                                    adapt_profile, choose_source, draw, profile_from_descriptor)
+                                    adapt_profile, backend_mapping, choose_source, draw, fit_adaptation,
+                                    mapping_choices,
+                                    profile_from_descriptor, source_kernels)
 from annette_torch.transfer import adapt as adapt_command
+from annette_torch.transfer.fewshot import remapped
 
 SOURCE = "openvino-cpu"
 
@@ -27,6 +31,19 @@ def small_net(width: int, depth: int) -> nn.Module:
     for _ in range(depth):
         layers += [nn.Conv2d(width, width, 3, padding=1), nn.ReLU()]
     return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(width, 10)).eval()
+
+
+class Fork(nn.Module):
+    """Two branches that apply the same ReLU to one tensor: a graph optimizer computes it once."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, width, 3, padding=1), nn.BatchNorm2d(width))
+        self.a, self.b = nn.Conv2d(width, width, 3, padding=1), nn.Conv2d(width, width, 1)
+
+    def forward(self, x):
+        x = self.stem(x)
+        return self.a(torch.relu(x)) + self.b(torch.relu(x))
 
 
 @pytest.fixture(scope="module")
@@ -108,6 +125,8 @@ def test_every_path_of_the_estimator_applies_the_adaptation(graphs, kernels, tmp
     ("samples", -3, "non-negative integer"),
     ("reference_networks", "resnet18", "list of strings"),
     ("scale", 2.0, "unknown field"),
+    ("fusion", "all", "expected one of source, none"),
+    ("optimizes_graph", 1, "expected true, false or null"),
 ])
 def test_an_invalid_adaptation_field_names_the_field(field, value, problem):
     data = load_profile(SOURCE).to_dict()
@@ -117,6 +136,76 @@ def test_an_invalid_adaptation_field_names_the_field(field, value, problem):
     data["adaptation"] = [1, 2]
     with pytest.raises(ProfileError, match=r"'adaptation': expected an object"):
         Profile.from_dict(data, source="bad.json")
+
+
+def test_the_mapping_choice_round_trips_and_the_estimator_honours_it(graphs, tmp_path):
+    source = load_profile(SOURCE)
+    assert source.optimizes_graph and source.mapping
+    fork = trace(Fork(16).eval(), input_shape=(1, 3, 32, 32), name="fork")
+    assert fork.folded                                   # the repeated ReLU
+    correction = dict(compute_scale=1.3, memory_scale=0.9, exponent=1.05, per_kernel_ms=0.002)
+    unfused = Adaptation(**correction, fusion="none", optimizes_graph=True)   # no fusion, graph optimized
+    eager = Adaptation(**correction, fusion="none", optimizes_graph=False)
+    for adaptation in (unfused, eager):
+        adapted = dataclasses.replace(source, adaptation=adaptation)
+        reloaded = load_profile(adapted.save(tmp_path / f"{adaptation.mapping_label}.json"))
+        assert reloaded.adaptation == adaptation and reloaded.to_dict() == adapted.to_dict()
+        assert reloaded.mapping == source.mapping      # the source's rules stay in the profile
+        assert dataclasses.replace(reloaded, adaptation=None).to_dict() == source.to_dict()
+    assert (unfused.mapping_label, eager.mapping_label) == ("unfused", "eager")
+    no_rules = Estimator(source, use_mapping=False)
+    not_folded = Estimator(dataclasses.replace(source, mapping=(), optimizes_graph=False))
+    for graph in [*graphs, fork]:
+        # no fusion (and, as the source, graph optimized): the source's estimate with
+        # use_mapping=False, each kernel corrected
+        expected = SourceKernels.of(no_rules, graph).estimate_ms(unfused)
+        assert Estimator(dataclasses.replace(source, adaptation=unfused))(graph) == pytest.approx(expected)
+        table = Estimator(dataclasses.replace(source, adaptation=unfused)).kernel_table(graph)
+        assert len(table) == len(graph.layers) and all(len(layers) == 1 for layers in table.layers)
+        assert Estimator(dataclasses.replace(source, adaptation=eager))(graph) == pytest.approx(
+            SourceKernels.of(not_folded, graph).estimate_ms(eager))
+    eager_fork = Estimator(dataclasses.replace(source, adaptation=eager)).report(fork)
+    unfused_fork = Estimator(dataclasses.replace(source, adaptation=unfused)).report(fork)
+    assert (eager_fork["bound"] == "free").sum() < (unfused_fork["bound"] == "free").sum()
+    assert eager_fork.attrs["total_ms"] > unfused_fork.attrs["total_ms"]   # the ReLU runs twice
+    with pytest.raises(ValueError, match="'adaptation.fusion'"):
+        Adaptation(fusion="some")
+
+
+def test_few_shot_finds_a_target_that_does_not_fuse(graphs):
+    source = load_profile(SOURCE)
+    assert mapping_choices(source) == [("source", None), ("none", True), ("none", False)]
+    assert mapping_choices(load_profile("torch-cpu")) == [("source", None), ("none", True)]   # eager is the source
+    fork = trace(Fork(24).eval(), input_shape=(1, 3, 32, 32), name="fork")
+    nets = [*graphs, fork]
+    eager = [SourceKernels.of(Estimator(remapped(source, ("none", False))), g) for g in nets]
+    measured = synthetic(eager, 1.4)                     # an eager device 1.4x slower than the source
+    adapted = adapt_profile(source, samples_of(nets, measured), mapping="choose")
+    a = adapted.adaptation
+    assert (a.fusion, a.optimizes_graph, a.terms) == ("none", False, ("scale",))
+    assert a.compute_scale == pytest.approx(1.4) and a.fit["mape_after"] < 1e-6
+    assert a.fit["candidates"]["eager/scale"] < a.fit["candidates"]["source/scale"]
+    estimator = Estimator(adapted)
+    assert [estimator(g) for g in nets] == pytest.approx(measured)
+    kept = adapt_profile(source, samples_of(nets, measured)).adaptation          # default: the source's
+    assert (kept.fusion, kept.optimizes_graph) == ("source", None) and kept.fit["mape_after"] > 0.1
+    fixed = adapt_profile(source, samples_of(nets, measured), mapping="eager").adaptation
+    assert fixed.to_dict()["fit"]["candidates"] == {k: v for k, v in a.fit["candidates"].items() if "eager" in k}
+    assert fixed.fit["mape_after"] < 1e-6 < fixed.fit["mape_before"] == pytest.approx(a.fit["mape_before"])
+    with pytest.raises(ValueError, match="mapping must be 'choose', one of source, unfused, eager"):
+        adapt_profile(source, samples_of(nets, measured), mapping="fused")
+    # fit_adaptation on precomputed kernels: a plain sequence is the source mapping's
+    by_mapping = source_kernels(source, nets)
+    assert list(by_mapping) == mapping_choices(source)
+    again = fit_adaptation(by_mapping, measured)
+    assert (again.fusion, again.optimizes_graph, again.terms, again.compute_scale) == (
+        a.fusion, a.optimizes_graph, a.terms, a.compute_scale)
+    plain = fit_adaptation(by_mapping[("source", None)], measured)
+    assert (plain.fusion, plain.optimizes_graph) == ("source", None)
+    with pytest.raises(ValueError, match="give the mapping too"):
+        fit_adaptation(by_mapping, measured, terms=("scale",))
+    assert fit_adaptation(by_mapping, measured, terms=("scale",), mapping=("none", False)).compute_scale == \
+        pytest.approx(1.4)
 
 
 def test_draw_is_stratified_and_checks_k():
@@ -169,12 +258,19 @@ def test_cli_adapt_measures_references_and_writes_the_profile(tmp_path, monkeypa
                      "--seed", "1", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "adapting openvino-cpu" in printed and "correction (scale)" in printed and f"wrote {out}" in printed
+    assert "mapping: eager (no fusion, graph not optimized)" in printed     # what torch-cpu declares
     profile = load_profile(out)
     assert profile.name == f"torch-cpu-1t-f32-from-{SOURCE}"
     assert profile.fingerprint["backend"] == "torch-cpu"
     assert profile.adaptation.samples == 3 and profile.adaptation.seed == 1
     assert sorted(profile.adaptation.reference_networks) == ["deep", "tiny", "wide"]
+    assert (profile.adaptation.fusion, profile.adaptation.optimizes_graph) == ("none", False)
     assert profile.adaptation.compute_scale == pytest.approx(1.5, rel=0.05)
+    assert cli_main(["adapt", "--from", SOURCE, "--backend", "torch-cpu", "--samples", "3", "--mapping", "source",
+                     "--out", str(out)]) == 0
+    assert "mapping: source (openvino-cpu's fusion rules, graph optimized)" in capsys.readouterr().out
+    assert load_profile(out).adaptation.compute_scale == pytest.approx(1.5, rel=0.05)
+    assert backend_mapping(TorchCpu) == ("none", False) and backend_mapping(OpenVinoCpu) == ("source", None)
 
 
 def test_cli_adapt_from_a_descriptor_and_its_errors(tmp_path, capsys):

@@ -216,6 +216,7 @@ class Backend:
     precisions: ClassVar[tuple[str, ...]] = ("f32",)      # the first is the default
     benchmark_timeout_s: ClassVar[float] = 120.0          # a calibration benchmark taking longer has hung
     optimizes_graph: ClassVar[bool] = True                # its compiler folds constants, merges repeats
+    fuses_layers: ClassVar[bool] = True                   # its compiler fuses layers (conv+bn+relu, ...)
     trains: ClassVar[bool] = False                        # it times training passes, not inferences
 
     def __init__(self, threads: int = 1, precision: str | None = None) -> None:

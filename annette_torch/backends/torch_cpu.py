@@ -45,6 +45,7 @@ class TorchCpu(Backend):
 
     name = "torch-cpu"
     optimizes_graph = False     # eager mode runs every op of every call
+    fuses_layers = False        # ... each as its own kernel (batch norms and activations too)
     device = "cpu"
 
     def runtime_version(self) -> str:

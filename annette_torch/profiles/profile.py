@@ -32,7 +32,10 @@ Format ``annette_torch.profile`` version 1 (loading never executes code)::
       "model_preference": ["refined_roofline", "roofline"],
       "fit_metrics": {...},                     # how well the models fit (if fitted)
       "adaptation": {...},                      # optional: a per-kernel correction to another
-                                                # device (layer_models.adapted, annette_torch.transfer)
+                                                # device and how that device maps layers to
+                                                # kernels (its "fusion" and "optimizes_graph"
+                                                # override "mapping" and "optimizes_graph";
+                                                # layer_models.adapted, annette_torch.transfer)
       "notes": ["..."]                          # provenance and known gaps
     }
 

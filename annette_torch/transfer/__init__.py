@@ -12,15 +12,19 @@ HELP/LitePred-style few-shot transfer).
     profile = profile_from_descriptor(DeviceDescriptor("openvino-cpu", "bf16", threads=1, peak_ops_s=1.7e11),
                                       local_sources(["openvino-cpu", "torch-cpu"]))
 
-Both keep a source profile's mapping and layer models and store a per-kernel correction
-in the profile's ``adaptation`` field (:mod:`annette_torch.layer_models.adapted`).
+Both keep a source profile's layer models and store a per-kernel correction (and, few-shot,
+the target's mapping: the source's fusion rules or none) in the profile's ``adaptation``
+field (:mod:`annette_torch.layer_models.adapted`).
 ``annette-torch adapt`` measures the reference networks (:mod:`.references`) and writes
 the adapted profile; ``benchmarks/transfer.py`` scores both ways leave-one-device-out.
 """
 from .descriptor import LOCAL_DESCRIPTORS, DeviceDescriptor, local_sources, nearest_source, profile_from_descriptor
-from .fewshot import Sample, SourceKernels, adapt_profile, choose_source, fit_adaptation
+from .fewshot import (MAPPING_NAMES, MAPPINGS, Sample, SourceKernels, adapt_profile, backend_mapping,
+                      choose_correction, choose_source, fit_adaptation, mapping_candidates, mapping_choices,
+                      source_kernels)
 from .references import Network, draw, reference_pool
 
-__all__ = ["LOCAL_DESCRIPTORS", "DeviceDescriptor", "Network", "Sample", "SourceKernels", "adapt_profile",
-           "choose_source", "draw", "fit_adaptation", "local_sources", "nearest_source", "profile_from_descriptor",
-           "reference_pool"]
+__all__ = ["LOCAL_DESCRIPTORS", "MAPPING_NAMES", "MAPPINGS", "DeviceDescriptor", "Network", "Sample", "SourceKernels",
+           "adapt_profile", "backend_mapping", "choose_correction", "choose_source", "draw", "fit_adaptation",
+           "local_sources", "mapping_candidates", "mapping_choices", "nearest_source", "profile_from_descriptor",
+           "reference_pool", "source_kernels"]

@@ -15,7 +15,7 @@ from ..estimator import Estimator
 from ..graph import trace
 from ..profiles import Profile, builtin_names, load_profile
 from .descriptor import LOCAL_DESCRIPTORS, DeviceDescriptor, local_sources, profile_from_descriptor
-from .fewshot import Sample, adapt_profile, choose_source, unadapted
+from .fewshot import Sample, adapt_profile, backend_mapping, choose_source, unadapted
 from .references import draw, reference_pool
 
 
@@ -46,12 +46,15 @@ def print_fit(profile: Profile, source: Profile, samples: Sequence[Sample]) -> N
     if adaptation is None:
         print("no samples: the profile is the source profile")
         return
+    fusion = f"{source.name}'s fusion rules" if adaptation.fusion == "source" else "no fusion"
+    folds = "graph optimized" if adaptation.folds(source.optimizes_graph) else "graph not optimized"
+    print(f"mapping: {adaptation.mapping_label} ({fusion}, {folds})")
     print(f"correction ({'+'.join(adaptation.terms)}): compute_scale {adaptation.compute_scale:.4g}, "
           f"memory_scale {adaptation.memory_scale:.4g}, exponent {adaptation.exponent:.3g}, "
           f"per_kernel_ms {adaptation.per_kernel_ms:.4g}")
     candidates = adaptation.fit.get("candidates") or {}
     if candidates:
-        print("leave-one-out mean |log error| per candidate: "
+        print("leave-one-out mean |log error| per candidate (mapping/terms): "
               + ", ".join(f"{name} {score:.3f}" for name, score in candidates.items()))
     before, after = Estimator(unadapted(source)), Estimator(profile)
     print(f"{'set':<7}{'network':<60}{'measured ms':>12}{'source ms':>11}{'err %':>8}{'adapted ms':>12}{'err %':>8}")
@@ -64,15 +67,18 @@ def print_fit(profile: Profile, source: Profile, samples: Sequence[Sample]) -> N
 
 
 def few_shot(sources: Sequence[str], backend_name: str, threads: int, precision: str | None, k: int, seed: int,
-             name: str | None = None, warmup: int = 5, repeats: int = 25) -> Profile:
+             name: str | None = None, warmup: int = 5, repeats: int = 25, mapping: str = "backend") -> Profile:
     """Measure ``k`` reference networks on the backend, choose the source that adapts best
-    (when several are given) and adapt it; the profile's fingerprint is the backend's."""
+    (when several are given) and adapt it; the profile's fingerprint is the backend's.
+    ``mapping``: "backend" (what the backend declares, :func:`backend_mapping`) or as for
+    :func:`adapt_profile`."""
     backend = get_backend(backend_name, threads=threads, precision=precision)
+    target_mapping = backend_mapping(backend) if mapping == "backend" else mapping
     profiles = [load_profile(s) for s in sources]
     samples = measure_references(backend, k, seed, warmup, repeats)
     if k and not samples:
         raise ValueError(f"no reference network could be measured on {backend_name}")
-    index, scores = choose_source(profiles, samples) if len(profiles) > 1 else (0, {})
+    index, scores = choose_source(profiles, samples, target_mapping) if len(profiles) > 1 else (0, {})
     if scores:
         print("leave-one-out mean |log error| per source: "
               + ", ".join(f"{n} {v:.3f}" for n, v in scores.items()) + f"; adapting {profiles[index].name}")
@@ -80,7 +86,7 @@ def few_shot(sources: Sequence[str], backend_name: str, threads: int, precision:
     fingerprint["device"] = fingerprint.get("cpu")
     source = profiles[index]
     name = name or (f"{backend.name}-{backend.threads}t-{backend.precision}-from-{source.name}")
-    profile = adapt_profile(source, samples, seed=seed, name=name, fingerprint=fingerprint)
+    profile = adapt_profile(source, samples, seed=seed, name=name, fingerprint=fingerprint, mapping=target_mapping)
     print_fit(profile, source, samples)
     return profile
 

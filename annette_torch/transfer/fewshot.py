@@ -1,10 +1,19 @@
 """Few-shot adaptation: move a profile to a new device from a few measured networks.
 
-The source profile's mapping rules and layer models stay; what is learned is the
-per-kernel correction of :mod:`annette_torch.layer_models.adapted`
+The source profile's layer models stay; what is added is how the target maps layers to
+kernels and the per-kernel correction of :mod:`annette_torch.layer_models.adapted`
 (``t' = scale * t ** exponent + per_kernel_ms``, one scale for compute-bound and one for
-memory-bound kernels, times in ms). From k networks measured on the target, the
-candidate corrections below are fitted by least squares on relative errors
+memory-bound kernels, times in ms).
+
+The mapping is one of :data:`MAPPINGS`: the source's (its fusion rules and graph
+optimization), "unfused" (no fusion, graph optimized) or "eager" (no fusion, no graph
+optimization: every batch norm and activation its own kernel and repeated layers run
+again, as in PyTorch eager mode). It is given (:func:`adapt_profile`: the source's by
+default; ``annette-torch adapt``: what the backend declares, :func:`backend_mapping`)
+or, with ``mapping="choose"``, a candidate like the terms (every mapping that differs
+for the source). Under the mapping, the source's layer models predict the kernels, and
+from k networks measured on the target the candidate corrections below are fitted by
+least squares on relative errors
 (``sum ((estimate - measured) / measured) ** 2``; for a fixed exponent the problem is
 linear, the exponent is searched on a grid from 0.7 to 1.3):
 
@@ -21,25 +30,28 @@ scale, split, per_kernel
 
 The fit ignores the floor a kernel's adapted time keeps (half its scaled time, which
 only a negative ``per_kernel_ms`` can reach); the scores below use the real estimates.
-Model complexity follows k: with k samples only candidates of at most ``max(1, k - 2)``
-terms are tried (k <= 3: the scale alone), each is scored by leave-one-out over the
-samples (mean ``|log(estimate / measured)|`` of the left-out network), and the simplest
-candidate within 5 % of the best score wins. Everything is deterministic; the ``seed``
-only picks which samples are used when ``k`` is less than the samples given.
+Model complexity follows k: with k samples only term sets of at most ``max(1, k - 2)``
+terms are tried (k <= 3: the scale alone). Every (mapping, terms) candidate is scored
+by leave-one-out over the samples (mean ``|log(estimate / measured)|`` of the left-out
+network), and the simplest candidate (fewest terms, then the earlier mapping) within
+5 % of the best score wins. (On this machine's five device configurations, choosing the
+mapping this way was noisier than fixing it: ``benchmarks/results/transfer.txt``.) Everything is deterministic; the ``seed`` only picks which
+samples are used when ``k`` is less than the samples given.
 """
 from __future__ import annotations
 
 import dataclasses
 import functools
 import numbers
+from collections.abc import Mapping as MappingABC
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence, Union
 
 import numpy as np
 
 from ..estimator import Estimator
 from ..graph import LayerGraph
-from ..layer_models.adapted import Adaptation
+from ..layer_models.adapted import Adaptation, mapping_label
 from ..profiles import Profile, load_profile
 from .references import draw
 
@@ -49,6 +61,14 @@ TERM_SETS: tuple[tuple[str, ...], ...] = (
 EXPONENTS = np.round(np.linspace(0.7, 1.3, 25), 3)
 ONE = int(np.flatnonzero(EXPONENTS == 1.0)[0])
 SIMPLER_WITHIN = 1.05      # a simpler candidate wins unless the best scores 5 % better
+#: how the target may map layers to kernels, (fusion, optimizes_graph), in order of
+#: preference: as the source does; no fusion but the graph optimized ("unfused"); no
+#: fusion and no graph optimization ("eager", every layer as written, as PyTorch eager)
+MAPPINGS: tuple[tuple[str, bool | None], ...] = (("source", None), ("none", True), ("none", False))
+SOURCE_MAPPING = MAPPINGS[0]
+MappingChoice = tuple[str, Union[bool, None]]     # (fusion, optimizes_graph), one of MAPPINGS
+#: the mappings by name, and "choose" (every one that differs for the source, by leave-one-out)
+MAPPING_NAMES: dict[str, MappingChoice] = {"source": MAPPINGS[0], "unfused": MAPPINGS[1], "eager": MAPPINGS[2]}
 
 
 @dataclass(frozen=True)
@@ -109,6 +129,10 @@ class SourceKernels:
         return float(adaptation.kernel_ms(self.time_ms, self.compute).sum()) + self.overhead_ms
 
 
+#: source kernels of the samples per candidate mapping, or a plain sequence (the source mapping's)
+KernelsByMapping = Union[Sequence[SourceKernels], Mapping[MappingChoice, Sequence[SourceKernels]]]
+
+
 def unadapted(profile: Profile) -> Profile:
     """``profile`` without its adaptation (the base every adaptation is fitted to)."""
     return profile if profile.adaptation is None else dataclasses.replace(profile, adaptation=None)
@@ -161,46 +185,151 @@ def loo_error(kernels: Sequence[SourceKernels], measured_ms: np.ndarray, terms: 
     return float(np.mean(errors))
 
 
-def choose_terms(kernels: Sequence[SourceKernels], measured_ms: np.ndarray) -> tuple[tuple[str, ...], dict[str, float]]:
-    """(the chosen terms, leave-one-out score of every candidate tried) for these samples:
-    candidates of at most ``max(1, k - 2)`` terms; with one sample, the scale alone and no
-    score."""
-    k = len(kernels)
-    candidates = [t for t in TERM_SETS if len(t) <= max(1, k - 2)]
+def candidate_name(mapping: MappingChoice, terms: tuple[str, ...]) -> str:
+    """How a candidate is named in the scores: ``<mapping label>/<terms>``, e.g.
+    ``eager/scale+per_kernel``."""
+    return f"{mapping_label(*mapping)}/{'+'.join(terms)}"
+
+
+def _by_mapping(kernels: KernelsByMapping) -> dict[MappingChoice, Sequence[SourceKernels]]:
+    """``kernels`` as {mapping: kernels}; a plain sequence is the source mapping's."""
+    if isinstance(kernels, MappingABC):
+        if not kernels:
+            raise ValueError("no mapping candidates given")
+        return dict(kernels)
+    return {SOURCE_MAPPING: kernels}
+
+
+def choose_correction(kernels: KernelsByMapping, measured_ms: np.ndarray
+                      ) -> tuple[MappingChoice, tuple[str, ...], dict[str, float]]:
+    """(the chosen mapping, the chosen terms, leave-one-out score of every candidate tried)
+    for these samples. ``kernels``: the samples' source kernels under each candidate
+    mapping ({(fusion, optimizes_graph): kernels}, first the source's; a plain sequence:
+    the source mapping only). Candidates are every mapping with every term set of at
+    most ``max(1, k - 2)`` terms; the simplest (fewest terms, then the earlier mapping)
+    within 5 % of the best score wins. With one sample: the first mapping, the scale
+    alone and no score."""
+    by_mapping = _by_mapping(kernels)
+    mappings = list(by_mapping)
+    k = len(measured_ms)
+    term_sets = [t for t in TERM_SETS if len(t) <= max(1, k - 2)]
+    candidates = sorted(((m, t) for m in mappings for t in term_sets),
+                        key=lambda c: (len(c[1]), mappings.index(c[0]), TERM_SETS.index(c[1])))
     if k < 2:
-        return candidates[0], {}
-    scores = {"+".join(t): loo_error(kernels, measured_ms, t) for t in candidates}
+        return (*candidates[0], {})
+    scores = {candidate_name(m, t): loo_error(by_mapping[m], measured_ms, t) for m, t in candidates}
     best = min(scores.values())
-    chosen = next(t for t in candidates if scores["+".join(t)] <= best * SIMPLER_WITHIN)
-    return chosen, scores
+    if not np.isfinite(best):
+        raise ValueError("no candidate correction fits these samples with positive scales")
+    mapping, terms = next(c for c in candidates if scores[candidate_name(*c)] <= best * SIMPLER_WITHIN)
+    return mapping, terms, scores
 
 
-def fit_adaptation(kernels: Sequence[SourceKernels], measured_ms: Sequence[float],
-                   terms: tuple[str, ...] | None = None) -> Adaptation:
-    """The correction for these samples (``terms`` chosen by :func:`choose_terms` unless
-    given), with its fit statistics in ``fit``: the leave-one-out score of each
-    candidate and the in-sample mean |error| % before and after."""
+def fit_adaptation(kernels: KernelsByMapping, measured_ms: Sequence[float], terms: tuple[str, ...] | None = None,
+                   mapping: MappingChoice | None = None) -> Adaptation:
+    """The correction for these samples, with its fit statistics in ``fit``: the
+    leave-one-out score of each candidate (``candidates``) and of the chosen one
+    (``loo_log_error``), the in-sample mean |error| % before (the source as is) and after.
+
+    ``kernels``: as for :func:`choose_correction`, the samples' source kernels per
+    candidate mapping (or a plain sequence: the source mapping's). ``mapping`` restricts
+    the candidates to that one; the mapping and the terms are chosen by
+    :func:`choose_correction` unless ``terms`` are given (then with the one mapping
+    candidate left)."""
     measured = np.asarray(measured_ms, float)
-    if not len(kernels):
+    given = _by_mapping(kernels)
+    if not len(measured):
         raise ValueError("fitting an adaptation needs at least one measured sample")
+    if any(len(group) != len(measured) for group in given.values()):
+        raise ValueError("every mapping candidate needs the kernels of every measured sample")
+    by_mapping = given
+    if mapping is not None:
+        if mapping not in given:
+            raise ValueError(f"mapping {mapping!r} is not among the candidates given ({', '.join(map(str, given))})")
+        by_mapping = {mapping: given[mapping]}
     scores: dict[str, float] = {}
     if terms is None:
-        terms, scores = choose_terms(kernels, measured)
-    params = fit_terms(kernels, measured, terms)
+        mapping, terms, scores = choose_correction(by_mapping, measured)
+    elif len(by_mapping) > 1:
+        raise ValueError("terms given with several mapping candidates: give the mapping too")
+    else:
+        mapping = next(iter(by_mapping))
+    params = fit_terms(by_mapping[mapping], measured, terms)
     if params is None:
         raise ValueError(f"no correction with terms {'+'.join(terms)} fits these samples with positive scales")
-    adaptation = Adaptation(**params, terms=terms)
-    before = np.array([k.estimate_ms() for k in kernels])
-    after = np.array([k.estimate_ms(adaptation) for k in kernels])
-    fit = {"loo_log_error": scores.get("+".join(terms)), "candidates": scores,
-           "mape_before": float(np.mean(np.abs(before - measured) / measured) * 100),
+    adaptation = Adaptation(**params, fusion=mapping[0], optimizes_graph=mapping[1], terms=terms)
+    source = given.get(SOURCE_MAPPING)
+    before = None if source is None else np.array([k.estimate_ms() for k in source])
+    after = np.array([k.estimate_ms(adaptation) for k in by_mapping[mapping]])
+    fit = {"loo_log_error": scores.get(candidate_name(mapping, terms)), "candidates": scores,
+           "mape_before": None if before is None else float(np.mean(np.abs(before - measured) / measured) * 100),
            "mape_after": float(np.mean(np.abs(after - measured) / measured) * 100)}
     return dataclasses.replace(adaptation, fit=fit)
 
 
+def mapping_choices(profile: Profile) -> list[MappingChoice]:
+    """The candidate mappings of :data:`MAPPINGS` that differ for this source, in order
+    of preference (for a source without fusion rules that does not optimize the graph,
+    such as PyTorch eager, "eager" is the source mapping itself and left out)."""
+    choices, seen = [], set()
+    for fusion, folds in MAPPINGS:
+        adaptation = Adaptation(fusion=fusion, optimizes_graph=folds)
+        key = (bool(adaptation.rules(profile.mapping)), adaptation.folds(profile.optimizes_graph))
+        if key not in seen:
+            seen.add(key)
+            choices.append((fusion, folds))
+    return choices
+
+
+def mapping_candidates(profile: Profile, mapping: str | MappingChoice) -> list[MappingChoice]:
+    """The candidate mappings ``mapping`` stands for with this source: "choose" (every one
+    of :func:`mapping_choices`, picked by leave-one-out with the terms), a name of
+    :data:`MAPPING_NAMES` ("source", "unfused", "eager") or a (fusion, optimizes_graph)
+    pair (that one)."""
+    if isinstance(mapping, str):
+        if mapping == "choose":
+            return mapping_choices(unadapted(profile))
+        if mapping not in MAPPING_NAMES:
+            raise ValueError(f"mapping must be 'choose', one of {', '.join(MAPPING_NAMES)} or a "
+                             f"(fusion, optimizes_graph) pair; got {mapping!r}")
+        return [MAPPING_NAMES[mapping]]
+    if not isinstance(mapping, tuple) or len(mapping) != 2:
+        raise ValueError(f"mapping must be 'choose', a name or a (fusion, optimizes_graph) pair; got {mapping!r}")
+    Adaptation(fusion=mapping[0], optimizes_graph=mapping[1])        # validates the pair
+    return [mapping]
+
+
+def backend_mapping(backend: Any) -> MappingChoice:
+    """The mapping a backend declares (class attributes ``fuses_layers`` and
+    ``optimizes_graph``): a fusing runtime maps as the source does ("source"; its
+    compiler's rules are the best guess for another compiler's), one that does not fuse
+    runs every layer as its own kernel, with or without graph optimization ("unfused",
+    "eager": PyTorch eager mode)."""
+    if getattr(backend, "fuses_layers", True):
+        return MAPPING_NAMES["source"]
+    return MAPPING_NAMES["unfused" if getattr(backend, "optimizes_graph", True) else "eager"]
+
+
+def remapped(profile: Profile, mapping: MappingChoice) -> Profile:
+    """``profile`` without adaptation, mapping as ``mapping`` (fusion, optimizes_graph)
+    says: the plain profile whose kernels an adaptation with that mapping corrects."""
+    base = unadapted(profile)
+    adaptation = Adaptation(fusion=mapping[0], optimizes_graph=mapping[1])
+    return dataclasses.replace(base, mapping=adaptation.rules(base.mapping),
+                               optimizes_graph=adaptation.folds(base.optimizes_graph))
+
+
+def source_kernels(profile: Profile, graphs: Sequence[LayerGraph],
+                   mappings: Sequence[MappingChoice] | None = None) -> dict[MappingChoice, list[SourceKernels]]:
+    """{mapping: the source kernels of ``graphs``} for each candidate mapping of
+    ``profile`` (default: :func:`mapping_choices`)."""
+    return {m: [SourceKernels.of(Estimator(remapped(profile, m)), g) for g in graphs]
+            for m in (mapping_choices(unadapted(profile)) if mappings is None else mappings)}
+
+
 def adapt_profile(source: str | Profile, samples: Sequence[Sample | tuple[LayerGraph, float]], seed: int = 0,
                   k: int | None = None, name: str | None = None,
-                  fingerprint: dict[str, Any] | None = None) -> Profile:
+                  fingerprint: dict[str, Any] | None = None, mapping: str | MappingChoice = "source") -> Profile:
     """``source`` adapted to the device ``samples`` were measured on.
 
     ``samples``: :class:`Sample` objects or (traced graph, measured ms) pairs. With ``k``,
@@ -208,8 +337,12 @@ def adapt_profile(source: str | Profile, samples: Sequence[Sample | tuple[LayerG
     seed is recorded either way. With no samples (or ``k=0``) the result is the source
     profile itself (a copy, renamed if ``name`` is given): same estimates, adaptation
     unchanged. Otherwise the correction is fitted to the source's estimates without its
-    own adaptation (which the new one replaces). ``name`` defaults to
-    ``<source>-adapted``; ``fingerprint`` (the target's) defaults to the source's.
+    own adaptation (which the new one replaces), under the target's ``mapping``: "source"
+    (the source's fusion rules and graph optimization), "unfused", "eager", a (fusion,
+    optimizes_graph) pair, or "choose" (picked with the terms by leave-one-out; see
+    :func:`mapping_candidates`, :func:`backend_mapping` for what a backend declares).
+    ``name`` defaults to ``<source>-adapted``; ``fingerprint`` (the target's) defaults to
+    the source's.
     """
     profile = load_profile(source)
     samples = [s if isinstance(s, Sample) else Sample(*s) for s in samples]
@@ -219,26 +352,30 @@ def adapt_profile(source: str | Profile, samples: Sequence[Sample | tuple[LayerG
         return dataclasses.replace(profile, name=name or profile.name,
                                    fingerprint=dict(fingerprint or profile.fingerprint))
     base = unadapted(profile)
-    estimator = Estimator(base)
-    kernels = [SourceKernels.of(estimator, s.graph) for s in samples]
-    adaptation = fit_adaptation(kernels, [s.measured_ms for s in samples])
+    kernels = source_kernels(base, [s.graph for s in samples], mapping_candidates(base, mapping))
+    measured = np.array([s.measured_ms for s in samples])
+    adaptation = fit_adaptation(kernels, measured)
+    if adaptation.fit["mape_before"] is None:              # the source mapping was no candidate
+        before = np.array([Estimator(base)(s.graph) for s in samples])
+        adaptation.fit["mape_before"] = float(np.mean(np.abs(before - measured) / measured) * 100)
     adaptation = dataclasses.replace(adaptation, method="few-shot", source=profile.name, samples=len(samples),
                                      seed=seed, reference_networks=tuple(s.name for s in samples))
     return dataclasses.replace(
         base, name=name or f"{profile.name}-adapted", fingerprint=dict(fingerprint or profile.fingerprint),
         adaptation=adaptation, source="",
         description=f"{profile.name} adapted to another device from {len(samples)} measured networks "
-                    f"({'+'.join(adaptation.terms)})",
+                    f"({adaptation.mapping_label} mapping, {'+'.join(adaptation.terms)})",
         notes=[*profile.notes, f"adapted from {profile.name} with {len(samples)} measured networks (seed {seed}); "
                                f"in-sample mean |error| {adaptation.fit['mape_before']:.1f} % before, "
                                f"{adaptation.fit['mape_after']:.1f} % after"])
 
 
-def choose_source(sources: Sequence[str | Profile], samples: Sequence[Sample | tuple[LayerGraph, float]]
-                  ) -> tuple[int, dict[str, float]]:
-    """(index of the source that adapts best to ``samples``, leave-one-out score of each
-    source's chosen correction by name). Fewer than two samples cannot be scored: the
-    first source is chosen."""
+def choose_source(sources: Sequence[str | Profile], samples: Sequence[Sample | tuple[LayerGraph, float]],
+                  mapping: str | MappingChoice = "source") -> tuple[int, dict[str, float]]:
+    """(index of the source that adapts best to ``samples`` under the target's
+    ``mapping`` (as for :func:`adapt_profile`), leave-one-out score of each source's
+    chosen correction by name). Fewer than two samples cannot be scored: the first
+    source is chosen."""
     samples = [s if isinstance(s, Sample) else Sample(*s) for s in samples]
     profiles = [unadapted(load_profile(s)) for s in sources]
     if not profiles:
@@ -248,8 +385,7 @@ def choose_source(sources: Sequence[str | Profile], samples: Sequence[Sample | t
     measured = np.array([s.measured_ms for s in samples])
     scores = []
     for profile in profiles:
-        estimator = Estimator(profile)
-        kernels = [SourceKernels.of(estimator, s.graph) for s in samples]
-        terms, candidates = choose_terms(kernels, measured)
-        scores.append(candidates["+".join(terms)])
+        kernels = source_kernels(profile, [s.graph for s in samples], mapping_candidates(profile, mapping))
+        mapping, terms, candidates = choose_correction(kernels, measured)
+        scores.append(candidates[candidate_name(mapping, terms)])
     return int(np.argmin(scores)), {p.name: score for p, score in zip(profiles, scores)}
