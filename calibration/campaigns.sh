@@ -15,5 +15,9 @@ calibrate --backend onnxruntime-cpu --sweep quick --threads 1
 calibrate --backend torch-cpu       --sweep quick --threads 1
 calibrate --backend onnxruntime-cpu --sweep full  --threads 1
 calibrate --backend torch-cpu       --sweep full  --threads 1
+# training passes (forward + backward per layer; optimizer steps timed into the store first)
+for sweep in training training-large training-stem; do
+    calibrate --backend torch-cpu-train --sweep "$sweep" --threads 1 --warmup 2 --repeats 7
+done
 
 annette-torch stores calibration/data --compact --by-family

@@ -11,3 +11,4 @@ annette-torch fit --data "$(store openvino-cpu-1t-f32)"    --out "$out" --name o
 annette-torch fit --data "$(store openvino-cpu-2t-f32)"    --out "$out" --name openvino-cpu-2t
 annette-torch fit --data "$(store onnxruntime-cpu-1t-f32)" --out "$out" --name onnxruntime-cpu
 annette-torch fit --data "$(store torch-cpu-1t-f32)"       --out "$out" --name torch-cpu
+annette-torch fit --data "$(store torch-cpu-train-1t-f32)" --out "$out" --name torch-cpu-train
