@@ -68,7 +68,10 @@ def test_sweep_header_and_name_errors(tmp_path):
 def test_shipped_sweeps_load_and_respect_limits():
     sizes = {name: load_sweep(name) for name in ("smoke", "quick", "full")}
     assert len(sizes["smoke"]) <= 15 < len(sizes["quick"]) < len(sizes["full"])
-    assert {s.family for s in sizes["quick"]} == set(FAMILIES)           # every family in quick
+    from annette_torch.calibration.generator import TRAINING_FAMILIES
+    assert {s.family for s in sizes["quick"]} == set(FAMILIES) - set(TRAINING_FAMILIES)   # every inference family
+    training = {s.family for name in ("training", "training-large", "training-stem") for s in load_sweep(name)}
+    assert set(TRAINING_FAMILIES) <= training
     from annette_torch.calibration.sweep import MAX_ELEMS, MAX_OPS
     for spec in sizes["quick"]:
         ops, elems = estimate_size(spec)

@@ -15,7 +15,8 @@ Context families (layers as real networks hold them, read from a conv's output):
 ``conv_pool`` (overlapping pools), ``squeeze_excite``, ``dense_layer`` (concat and
 pre-activation BN-ReLU), ``attention`` (ViT), ``window_attention`` (Swin),
 ``branch_sum`` (a NAS cell's node summing pool and skip branches).
-Training families: ``stem`` (a first conv, whose input needs no gradient).
+Training families (:data:`TRAINING_FAMILIES`, in the training sweeps only): ``stem`` (a
+first conv, whose input needs no gradient).
 
 Parameters (see :data:`.sweep.PARAMETERS`): ``n`` batch, ``h``/``w`` input size (``w``
 defaults to ``h``), ``c``
@@ -39,6 +40,7 @@ ACTIVATIONS: dict[str, Callable[[], nn.Module]] = {
     "hardswish": nn.Hardswish, "hardsigmoid": nn.Hardsigmoid, "prelu": nn.PReLU,
     "softmax": lambda: nn.Softmax(dim=1),
 }
+TRAINING_FAMILIES = ("stem",)   # meaningful for training passes only
 NORMS = ("batchnorm", "layernorm", "groupnorm", "instancenorm")
 ELTWISE = ("add", "mul", "sub", "div")
 
