@@ -52,6 +52,32 @@ def test_training_keeps_what_backward_reads():
     assert estimate.activation_peak_bytes == x + y + 3 * pooled
 
 
+def test_adam_step_holds_two_temporaries_of_the_largest_parameter():
+    """A big classifier: the optimizer step (all gradients + 2 temporaries of the linear's
+    weight for Adam) is the peak, not backward."""
+    net = nn.Sequential(nn.Flatten(), nn.Linear(3 * 16 * 16, 1000))
+    graph = at.trace(net, input_shape=SHAPE)
+    params = 4 * (768 * 1000 + 1000)
+    sgd, adam = (estimate_memory(graph, training=True, optimizer=o) for o in ("sgd", "adam"))
+    assert sgd.total_bytes == params + max(sgd.layers.backward_live_bytes.max(), params)
+    assert adam.total_bytes == 3 * params + params + 2 * 4 * 768 * 1000
+
+
+def test_multihead_attention_keeps_its_projections():
+    class Attention(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.attn = nn.MultiheadAttention(16, 2, batch_first=True)
+
+        def forward(self, x):
+            return self.attn(x, x, x, need_weights=False)[0]
+
+    estimate = estimate_memory(at.trace(Attention(), input_shape=(2, 10, 16)), training=True)
+    out = 4 * 2 * 10 * 16
+    assert list(estimate.layers.saved_bytes) == [4 * out]      # q, k, v, attention output
+    assert estimate.activation_peak_bytes == out + 4 * out      # + its input
+
+
 def test_free_layers_add_no_memory():
     plain = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 8, 3, padding=1),
                           nn.Flatten(), nn.Linear(8 * 256, 10))

@@ -33,9 +33,11 @@ What is counted, in bytes (``bytes_per_elem``, 4 for float32):
   activations and allocating their parameter gradients: when it reaches layer i, the
   activations of layers <= i, the gradients of layers >= i and layer i's input-plus-output
   gradient pair are live. The peak is parameters + optimizer state + the largest such
-  sum (at layer 0 all gradients are live, which covers the optimizer step). Counting all
-  activations and all gradients at once overestimated the measured torchvision models
-  more (``benchmarks/memory.py``).
+  sum, or the optimizer step's (all gradients, plus for Adam two temporaries the size of
+  the largest parameter tensor, :data:`ADAM_TEMPORARIES`) if larger. Multi-head attention
+  also keeps its q/k/v projections and attention output (:data:`KEEPS_OUTPUT_SIZED`).
+  Counting all activations and all gradients at once overestimated the measured
+  torchvision models more (``benchmarks/memory.py``).
 """
 from __future__ import annotations
 
@@ -53,6 +55,12 @@ SAVES = {**dict.fromkeys(("relu", "sigmoid", "tanh", "softmax"), "output"),
                           "upsample", "split", "slice", "permute", "reshape", "identity", "dropout",
                           "constant", "compare"), "nothing")}
 INDEX_POOLS = ("max_pool", "adaptive_max_pool", "global_max_pool")   # keep int64 indices per output element
+# nn.MultiheadAttention keeps, besides its input, the query, key and value projections and
+# the attention output for scaled_dot_product_attention's backward: 4 tensors of its output's size
+KEEPS_OUTPUT_SIZED = {"multihead_attention": 4}
+# Adam's step (PyTorch's per-tensor loop) holds two temporaries of a parameter's size at once:
+# exp_avg_sq.sqrt() and its division by the bias correction
+ADAM_TEMPORARIES = 2
 
 
 @dataclass(frozen=True)
@@ -118,6 +126,7 @@ def _saved_bytes(graph: LayerGraph, owner: np.ndarray, output_bytes: np.ndarray,
             saved[i + 1] = True
         if layer.kind in INDEX_POOLS:
             extra[i + 1] = output_bytes[i] // bytes_per_elem * 8
+        extra[i + 1] += KEEPS_OUTPUT_SIZED.get(layer.kind, 0) * output_bytes[i]
     return np.where(saved, size, 0) + extra
 
 
@@ -169,7 +178,11 @@ def estimate_memory(graph: LayerGraph, training: bool = False, optimizer: str = 
         # gradients of layers >= i already allocated, plus layer i's gradient pair
         backward = (kept[0] + np.cumsum(saved) + np.cumsum(params[::-1])[::-1]
                     + layer_inputs + outputs)
-        total = params_bytes + optimizer_bytes + int(backward.max(initial=0))
+        # then the optimizer step: all gradients, and Adam's temporaries of its largest tensor
+        sizes = graph.parameter_sizes or ()
+        largest = max(sizes) * bytes_per_elem if sizes else int(params.max(initial=0))
+        step = grads_bytes + (ADAM_TEMPORARIES * largest if optimizer == "adam" else 0)
+        total = params_bytes + optimizer_bytes + max(int(backward.max(initial=0)), step)
     else:
         saved = backward = np.zeros(len(graph), dtype=np.int64)
         activation_bytes = int(live.max(initial=input_bytes))
