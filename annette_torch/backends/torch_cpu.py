@@ -24,13 +24,14 @@ from .base import Backend, BackendError, KernelRecord, Latency, Profiled, eval_m
 
 @contextlib.contextmanager
 def _module_hooks(model: nn.Module, layer_paths: Sequence[str], enter, leave) -> Iterator[None]:
-    """Call ``enter(path)`` before and ``leave(path)`` after each module named in ``layer_paths``."""
+    """Call ``enter(path)`` before and ``leave(path, module, inputs, output)`` after each
+    call of a module named in ``layer_paths``."""
     wanted = set(layer_paths)
     handles = []
     for path, module in model.named_modules():
         if path in wanted:
             handles.append(module.register_forward_pre_hook(lambda m, a, p=path: enter(p)))
-            handles.append(module.register_forward_hook(lambda m, a, o, p=path: leave(p)))
+            handles.append(module.register_forward_hook(lambda m, a, o, p=path: leave(p, m, a, o)))
     try:
         yield
     finally:
@@ -91,7 +92,7 @@ class TorchCpu(Backend):
         started: dict[str, int] = {}
         times: dict[str, list[float]] = {}
         enter = lambda path: started.__setitem__(path, time.perf_counter_ns())  # noqa: E731
-        leave = lambda path: times.setdefault(path, []).append((time.perf_counter_ns() - started[path]) / 1e6)  # noqa: E731
+        leave = lambda path, *call: times.setdefault(path, []).append((time.perf_counter_ns() - started[path]) / 1e6)  # noqa: E731
         return enter, leave, lambda: times
 
     def _profile_layers(self, model: nn.Module, x: torch.Tensor, layer_paths: Sequence[str],
@@ -112,7 +113,7 @@ class TorchCpu(Backend):
         """The aten ops each layer's module calls, from one inference under ``torch.profiler``."""
         ranges: dict[str, list] = {}
         enter = lambda path: ranges.setdefault(path, []).append(torch.ops.profiler._record_function_enter_new(path))  # noqa: E731
-        leave = lambda path: torch.ops.profiler._record_function_exit(ranges[path].pop())  # noqa: E731
+        leave = lambda path, *call: torch.ops.profiler._record_function_exit(ranges[path].pop())  # noqa: E731
         with _module_hooks(model, layer_paths, enter, leave), \
                 torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
             model(x)

@@ -40,7 +40,7 @@ from torch import nn
 
 from ..training.optimizers import make_optimizer, measure_optimizer_steps
 from .base import KernelRecord, Latency, Profiled, random_input, register_backend
-from .torch_cpu import TorchCpu
+from .torch_cpu import TorchCpu, _module_hooks
 
 OPTIMIZER_STEPS_FILE = "optimizer_steps.csv"
 _M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4       # mallopt parameters (malloc.h)
@@ -127,30 +127,19 @@ class _TrainingTimer:
     def _enter(self, path: str) -> None:
         self._started[path] = time.perf_counter_ns()
 
-    def _leave(self, path: str, parameters: set[int], inputs: object, output: object) -> None:
+    def _leave(self, path: str, module: nn.Module, inputs: object, output: object) -> None:
         now = time.perf_counter_ns()
         run_totals = self.totals.setdefault(path, [0.0] * self.repeats)
         run_totals[self.run] += (now - self._started[path]) / 1e6
-        for node in backward_nodes(inputs, output, parameters):
+        for node in backward_nodes(inputs, output, {id(p) for p in module.parameters()}):
             started = [0]
             node.register_prehook(lambda grads, s=started: s.__setitem__(0, time.perf_counter_ns()))
             node.register_hook(lambda grads_in, grads_out, s=started, r=self.run, t=run_totals:
                                t.__setitem__(r, t[r] + (time.perf_counter_ns() - s[0]) / 1e6))
 
-    @contextlib.contextmanager
-    def hooks(self) -> Iterator[None]:
-        handles = []
-        for path, module in self.model.named_modules():
-            if path in self.wanted:
-                parameters = {id(p) for p in module.parameters()}
-                handles.append(module.register_forward_pre_hook(lambda m, a, p=path: self._enter(p)))
-                handles.append(module.register_forward_hook(
-                    lambda m, a, o, p=path, w=parameters: self._leave(p, w, a, o)))
-        try:
-            yield
-        finally:
-            for handle in handles:
-                handle.remove()
+    def hooks(self) -> contextlib.AbstractContextManager:
+        """The forward hooks that time the wanted modules, for a ``with`` block."""
+        return _module_hooks(self.model, self.wanted, self._enter, self._leave)
 
 
 @register_backend
