@@ -56,18 +56,23 @@ class TorchCpu(Backend):
         """Wait for the device to finish (nothing to wait for on the CPU)."""
 
     @contextlib.contextmanager
+    def _pinned_threads(self) -> Iterator[None]:
+        """``torch.set_num_threads(threads)`` for the block; the previous count is restored."""
+        previous_threads = torch.get_num_threads()
+        torch.set_num_threads(self.threads)
+        try:
+            yield
+        finally:
+            torch.set_num_threads(previous_threads)
+
+    @contextlib.contextmanager
     def _session(self, model: nn.Module, input_shape: Sequence[int]) -> Iterator[tuple[nn.Module, torch.Tensor]]:
         """(the model on this backend's device, an input there), in eval and inference mode
         with the backend's thread count; the caller's model is never moved."""
         x = torch.from_numpy(random_input(input_shape)).to(self.device)
         on_device = model if self.device == "cpu" else copy.deepcopy(model).to(self.device)
-        previous_threads = torch.get_num_threads()
-        torch.set_num_threads(self.threads)
-        try:
-            with eval_mode(on_device), torch.inference_mode():
-                yield on_device, x
-        finally:
-            torch.set_num_threads(previous_threads)
+        with self._pinned_threads(), eval_mode(on_device), torch.inference_mode():
+            yield on_device, x
 
     def _infer(self, model: nn.Module, x: torch.Tensor) -> None:
         model(x)
@@ -101,7 +106,11 @@ class TorchCpu(Backend):
         with _module_hooks(model, layer_paths, enter, leave):
             for _ in range(repeats):
                 self._infer(model, x)
-        times = results()
+        return self._records(model, x, layer_paths, results())
+
+    def _records(self, model: nn.Module, x: torch.Tensor, layer_paths: Sequence[str],
+                 times: dict[str, list[float]]) -> list[KernelRecord]:
+        """One kernel per timed layer (eager PyTorch fuses nothing), with the aten ops it ran."""
         ops = self._aten_ops(model, x, layer_paths)
         types = {path: type(module).__name__ for path, module in model.named_modules()}
         return [KernelRecord(name=path, kernel_type=types.get(path, ""), exec_type="+".join(ops.get(path, ())) or "aten",

@@ -13,8 +13,10 @@ parameters' gradient accumulation included) with ``time.perf_counter_ns``; the k
 time is the sum, the layer's share of a training pass. Node hooks add no work to the
 graph; the module-level full backward hooks of ``nn.Module`` wrap every input and
 output in an extra autograd function, which made a MobileNetV2 step 27 % slower
-(575 -> 731 ms at batch 8) and the layer times with it. The input requires grad, so every layer computes its input's gradient, as every
-layer but a network's first does. The caller's model is never changed (a copy trains).
+(575 -> 731 ms at batch 8) and the layer times with it. The input requires grad, so
+every layer computes its input's gradient, as every layer but a network's first does
+(the ``stem`` benchmark family cuts it off with ``detach``). The caller's model is
+never changed (a copy trains).
 
 Allocator: a training step allocates and frees its activations every step. With glibc's
 default malloc, whether those pages are kept or returned to the system (and faulted in
@@ -39,7 +41,7 @@ import torch
 from torch import nn
 
 from ..training.optimizers import make_optimizer, measure_optimizer_steps
-from .base import KernelRecord, Latency, Profiled, random_input, register_backend
+from .base import KernelRecord, Latency, random_input, register_backend
 from .torch_cpu import TorchCpu, _module_hooks
 
 OPTIMIZER_STEPS_FILE = "optimizer_steps.csv"
@@ -160,13 +162,8 @@ class TorchCpuTrain(TorchCpu):
         requires grad), with gradients on and the backend's thread count."""
         x = torch.from_numpy(random_input(input_shape)).to(self.device).requires_grad_(True)
         training = copy.deepcopy(model).to(self.device).train()
-        previous_threads = torch.get_num_threads()
-        torch.set_num_threads(self.threads)
-        try:
-            with torch.enable_grad():
-                yield training, x
-        finally:
-            torch.set_num_threads(previous_threads)
+        with self._pinned_threads(), torch.enable_grad():
+            yield training, x
 
     def _infer(self, model: nn.Module, x: torch.Tensor, optimizer: torch.optim.Optimizer | None = None) -> None:
         """One training pass (and optimizer step when one is given)."""
@@ -194,11 +191,7 @@ class TorchCpuTrain(TorchCpu):
             for run in range(repeats):
                 timer.run = run
                 self._infer(model, x)
-        ops = self._aten_ops(model, x, layer_paths)
-        types = {path: type(module).__name__ for path, module in model.named_modules()}
-        return [KernelRecord(name=path, kernel_type=types.get(path, ""), exec_type="+".join(ops.get(path, ())) or "aten",
-                             status="EXECUTED", runs_ms=tuple(runs), layers=(path,))
-                for path, runs in timer.totals.items()]
+        return self._records(model, x, layer_paths, timer.totals)
 
     def store_extras(self, folder: Path) -> None:
         """Write the optimizer step timings (``optimizer_steps.csv``) into the store

@@ -131,14 +131,15 @@ def load_sweep(name_or_path: str | os.PathLike) -> list[BenchmarkSpec]:
     from .generator import FAMILIES
 
     path = sweep_path(name_or_path)
+    text = path.read_text().splitlines()
     limits = {"max_ops": MAX_OPS, "max_elems": MAX_ELEMS}
-    for line in path.read_text().splitlines():
+    for line in text:
         if match := _LIMIT.match(line.strip()):
             try:
                 limits[match[1]] = float(match[2])
             except ValueError:
                 raise SweepError(f"{path}: {match[1]} must be a number, got {match[2]!r}") from None
-    lines = [line for line in path.read_text().splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    lines = [line for line in text if line.strip() and not line.lstrip().startswith("#")]
     reader = csv.DictReader(io.StringIO("\n".join(lines)))
     expected = ("family", "count") + PARAMETERS
     if tuple(reader.fieldnames or ()) != expected:

@@ -97,7 +97,7 @@ def _fit_pass(data: StoreData, train: set[str], min_time_ms: float, max_spread: 
     rules, decisions = learn_rules(data, train)
     fitted = data.networks.index.isin(train)
     gap = fit_gap(*(data.networks[c].to_numpy()[fitted] for c in ("time_ms", "layers_sum_ms", "kernels")))
-    table = kernel_table(data, rules, _optimizes_graph(data.fingerprint.get("backend")), _trains(data.fingerprint.get("backend")))
+    table = kernel_table(data, rules, _backend_flag(data, "optimizes_graph"), _backend_flag(data, "trains"))
     keep = (table["measured"] & table["agrees"] & (table["time_ms"] >= min_time_ms)
             & ~(table["spread"] > max_spread))
     kernels = table[keep].assign(train=lambda t: t["benchmark"].isin(train))
@@ -127,20 +127,14 @@ def _fit_pass(data: StoreData, train: set[str], min_time_ms: float, max_spread: 
                  fit_fused_costs(fused, modelled, seconds, min_rows))
 
 
-def _trains(backend: str | None) -> bool:
-    """Whether the store's backend times training passes (its kernels are forward + backward)."""
+def _backend_flag(data: StoreData, flag: str) -> bool:
+    """A class flag of the store's backend (:class:`~annette_torch.backends.Backend`):
+    ``optimizes_graph`` (its compiler folds constant subgraphs and merges repeated
+    layers; eager PyTorch does not) or ``trains`` (it times training passes, kernels
+    are forward + backward); unknown backends are taken not to."""
     from ..backends import BACKENDS
 
-    return bool(getattr(BACKENDS.get(backend), "trains", False))
-
-
-def _optimizes_graph(backend: str | None) -> bool:
-    """Whether the store's backend compiles the whole graph, folding constant subgraphs
-    and merging repeated layers (compilers do, eager PyTorch does not); unknown backends
-    are taken not to."""
-    from ..backends import BACKENDS
-
-    return bool(getattr(BACKENDS.get(backend), "optimizes_graph", False))
+    return bool(getattr(BACKENDS.get(data.fingerprint.get("backend")), flag, False))
 
 
 def _training(store_folder: str | os.PathLike) -> dict | None:
@@ -168,7 +162,7 @@ def _profile(name: str, data: StoreData, fitted: _Pass, fit_metrics: dict, notes
         name=name, fingerprint={**fp, "device": fp.get("cpu", fp.get("device", ""))}, layer_models=models,
         model_preference=tuple(t for t in PREFERENCE if t in models), mapping=fitted.rules,
         overhead_ms=fitted.gap.overhead_ms, kernel_overhead_ms=fitted.gap.kernel_ms, weight_bandwidth_bytes_s=fitted.weight_bandwidth[0],
-        fused_cost_s_per_elem=fitted.fused_costs[0], optimizes_graph=_optimizes_graph(fp.get("backend")),
+        fused_cost_s_per_elem=fitted.fused_costs[0], optimizes_graph=_backend_flag(data, "optimizes_graph"),
         training=training, description=(f"fitted on {len(data.networks)} benchmarks of {fp.get('backend')} {fp.get('runtime_version')}, "
                      f"{fp.get('threads')} thread(s), {fp.get('precision')}"),
         fit_metrics=fit_metrics, notes=notes)

@@ -17,7 +17,6 @@ outside, its output is that of its last layer.
 """
 from __future__ import annotations
 
-
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -85,11 +84,15 @@ def _mark_no_input_grad(graph: LayerGraph, table: KernelTable, input_requires_gr
         if not table.free[k] and layer.counts.weight_elems > 0 and \
                 not any(requires[p] for p in layer.parents) and not (input_requires_grad and not layer.parents):
             kinds[k] += NO_INPUT_GRAD
+    return replace(table, kinds=kinds, groups=_groups(kinds))
+
+
+def _groups(kinds: list[str]) -> dict[str, np.ndarray]:
+    """Kernel kind -> indices of the kernels of that kind."""
     groups: dict[str, list[int]] = {}
     for k, kind in enumerate(kinds):
         groups.setdefault(kind, []).append(k)
-    return replace(table, kinds=kinds,
-                               groups={kind: np.array(idx, dtype=np.intp) for kind, idx in groups.items()})
+    return {kind: np.array(idx, dtype=np.intp) for kind, idx in groups.items()}
 
 
 def _map(graph: LayerGraph, rules: tuple[FusionRule, ...], folded: frozenset[str]) -> KernelTable:
@@ -140,9 +143,6 @@ def _map(graph: LayerGraph, rules: tuple[FusionRule, ...], folded: frozenset[str
         kernel_of[layer.name] = target
 
     names = [graph.layers[m[0]].name for m in members]
-    groups: dict[str, list[int]] = {}
-    for k, kind in enumerate(kinds):
-        groups.setdefault(kind, []).append(k)
     free = np.array([len(m) == 1 and (graph.layers[m[0]].free or graph.layers[m[0]].name in folded)
                      for m in members], dtype=bool)
     return KernelTable(
@@ -151,5 +151,5 @@ def _map(graph: LayerGraph, rules: tuple[FusionRule, ...], folded: frozenset[str
         layer_kinds=[tuple(graph.layers[j].kind for j in m) for m in members],
         fusion=fusion, free=free,
         features=np.array(rows, dtype=np.float64).reshape(len(rows), len(FEATURES)),
-        groups={kind: np.array(idx, dtype=np.intp) for kind, idx in groups.items()},
+        groups=_groups(kinds),
     )

@@ -50,6 +50,7 @@ from typing import Any, Mapping, Sequence, Union
 import numpy as np
 
 from ..estimator import Estimator
+from ..fit.kinds import mape
 from ..graph import LayerGraph
 from ..layer_models.adapted import Adaptation, mapping_label
 from ..profiles import Profile, load_profile
@@ -262,8 +263,7 @@ def fit_adaptation(kernels: KernelsByMapping, measured_ms: Sequence[float], term
     before = None if source is None else np.array([k.estimate_ms() for k in source])
     after = np.array([k.estimate_ms(adaptation) for k in by_mapping[mapping]])
     fit = {"loo_log_error": scores.get(candidate_name(mapping, terms)), "candidates": scores,
-           "mape_before": None if before is None else float(np.mean(np.abs(before - measured) / measured) * 100),
-           "mape_after": float(np.mean(np.abs(after - measured) / measured) * 100)}
+           "mape_before": None if before is None else mape(before, measured), "mape_after": mape(after, measured)}
     return dataclasses.replace(adaptation, fit=fit)
 
 
@@ -357,7 +357,7 @@ def adapt_profile(source: str | Profile, samples: Sequence[Sample | tuple[LayerG
     adaptation = fit_adaptation(kernels, measured)
     if adaptation.fit["mape_before"] is None:              # the source mapping was no candidate
         before = np.array([Estimator(base)(s.graph) for s in samples])
-        adaptation.fit["mape_before"] = float(np.mean(np.abs(before - measured) / measured) * 100)
+        adaptation.fit["mape_before"] = mape(before, measured)
     adaptation = dataclasses.replace(adaptation, method="few-shot", source=profile.name, samples=len(samples),
                                      seed=seed, reference_networks=tuple(s.name for s in samples))
     return dataclasses.replace(
