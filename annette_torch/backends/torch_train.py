@@ -40,6 +40,7 @@ from typing import Iterator, Sequence
 import torch
 from torch import nn
 
+from ..atomic import atomic_path
 from ..training.optimizers import make_optimizer, measure_optimizer_steps
 from .base import KernelRecord, Latency, random_input, register_backend
 from .torch_cpu import TorchCpu, _module_hooks
@@ -195,8 +196,9 @@ class TorchCpuTrain(TorchCpu):
 
     def store_extras(self, folder: Path) -> None:
         """Write the optimizer step timings (``optimizer_steps.csv``) into the store
-        ``folder`` unless it has them (so a resumed campaign keeps the first ones)."""
+        ``folder`` unless it has them (so a resumed campaign keeps the first ones); the file
+        appears whole or not at all, so an interrupted campaign measures them again."""
         path = Path(folder) / OPTIMIZER_STEPS_FILE
         if not path.exists():
-            with self.step("run"):
-                measure_optimizer_steps(self.threads, device=self.device).to_csv(path, index=False)
+            with self.step("run"), atomic_path(path) as tmp:
+                measure_optimizer_steps(self.threads, device=self.device).to_csv(tmp, index=False)
