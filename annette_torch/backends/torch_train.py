@@ -10,10 +10,11 @@ steps, optimizer included: the ground truth of ``Estimator.training_step``.
 Per-layer profiles: each original layer is timed forward (forward pre- and post-hooks)
 and backward (pre- and post-hooks on the autograd nodes its forward call added, its
 parameters' gradient accumulation included) with ``time.perf_counter_ns``; the kernel's
-time is the sum, the layer's share of a training pass. Node hooks add no work to the
-graph; the module-level full backward hooks of ``nn.Module`` wrap every input and
-output in an extra autograd function, which made a MobileNetV2 step 27 % slower
-(575 -> 731 ms at batch 8) and the layer times with it. The input requires grad, so
+time is the sum, the layer's share of a training pass. Node hooks work with in-place ops
+(``nn.Module`` full backward hooks refuse ResNet's ``out += identity``) and time exactly
+the nodes a call added; like any per-layer timing they slow a step down (a MobileNetV2
+step by about 10 %, ``benchmarks/training_effects.py``), which the fit's scale between
+summed layer times and end-to-end times absorbs. The input requires grad, so
 every layer computes its input's gradient, as every layer but a network's first does
 (the ``stem`` benchmark family cuts it off with ``detach``). The caller's model is
 never changed (a copy trains).
@@ -21,7 +22,8 @@ never changed (a copy trains).
 Allocator: a training step allocates and frees its activations every step. With glibc's
 default malloc, whether those pages are kept or returned to the system (and faulted in
 afresh next step) depends on what the process allocated before: the same MobileNetV2
-step at batch 8 took 760 ms in a fresh process and 520 ms right after a ResNet-50 step.
+step at batch 8 took 681 ms in a fresh process and 543 ms right after a ResNet-50 step
+(``benchmarks/training_effects.py``; 512 ms with the steady allocator).
 Constructing this backend therefore pins the process's malloc to one regime
 (:func:`steady_allocator`: no mmap-backed chunks, no trimming), so calibration and
 ground truth both measure steady-state steps, as a long training loop (or one run with
@@ -67,8 +69,7 @@ def backward_from(output: object, gradients: dict) -> None:
     labels when it is a batch of class scores (N, classes), as a classifier trains;
     otherwise with a fixed dense random gradient of its shape (kept in ``gradients``).
     A scalar loss such as ``output.mean()`` would hand the last layer an expanded,
-    stride-0 gradient, whose conversion made a conv's backward 15 % slower than
-    inside a network."""
+    stride-0 gradient instead of the dense one it gets inside a network."""
     if isinstance(output, (tuple, list)):
         output = next(o for o in output if isinstance(o, torch.Tensor))
     key = (tuple(output.shape), output.dtype, output.device)
