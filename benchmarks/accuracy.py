@@ -335,6 +335,7 @@ def main() -> None:
         backend = get_backend(args.backend, threads=args.threads, precision=args.precision)
     except ValueError as error:
         raise SystemExit(str(error)) from None
+    backend.prepare_process()        # this process only measures: set it up as a campaign's worker is
     start = time.perf_counter()
     try:
         measured, source, failures = measure_networks(backend, nets, args.results, args.warmup, args.repeats,

@@ -7,7 +7,7 @@ prints tables, asserts nothing).
 
 A step is forward (train mode) + loss + backward + optimizer step on a random batch at
 224x224, timed by ``TorchCpuTrain.measure_step`` (warm-up steps, then the median of the
-timed ones, threads pinned). Measurements are kept in
+timed ones, threads pinned, malloc pinned as in calibration). Measurements are kept in
 ``benchmarks/results/<fingerprint folder>/training-measured.csv`` (one row per model,
 batch and optimizer; a rerun only measures what is missing unless ``--remeasure``; the
 newest row wins), so rerunning re-scores the recorded steps.
@@ -59,8 +59,11 @@ def read_measured(folder: Path) -> pd.DataFrame:
 
 
 def measure(models: list[str], batches: list[int], optimizer: str, threads: int, remeasure: bool) -> pd.DataFrame:
-    """Measure the missing (model, batch) steps into the results folder; all recorded rows."""
+    """Measure the missing (model, batch) steps into the results folder; all recorded rows.
+    This process measures as a campaign's worker does: malloc pinned by the backend's
+    ``prepare_process``, as for the calibration that the estimate comes from."""
     backend = get_backend("torch-cpu-train", threads=threads)
+    backend.prepare_process()
     folder = results_folder(RESULTS_ROOT, backend.fingerprint())
     done = read_measured(folder)
     have = set(zip(done["network"], done["batch"], done["optimizer"]))

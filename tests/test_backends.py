@@ -2,11 +2,13 @@
 count and names the failing step. No timing thresholds: the machine is shared."""
 from __future__ import annotations
 
+import time
+
 import pytest
 import torch
 from torch import nn
 
-from annette_torch.backends import (BackendError, Latency, available_backends, export_onnx,
+from annette_torch.backends import (BackendError, Latency, TorchCuda, available_backends, export_onnx,
                                     get_backend)
 
 SHAPE = (1, 3, 16, 16)
@@ -106,3 +108,68 @@ def test_errors_name_backend_and_step(onnx_path, tmp_path):
     with pytest.raises(BackendError, match="'torch-cpu' failed to run") as caught:
         get_backend("torch-cpu").measure(tiny_net(), (1, 4, 16, 16))
     assert isinstance(caught.value, RuntimeError) and caught.value.step == "run"
+
+
+class FakeCudaEvent:
+    """``torch.cuda.Event``'s timing interface on the host clock, counting its use."""
+
+    made: list[FakeCudaEvent] = []
+
+    def __init__(self) -> None:
+        self.recorded = self.synchronized = False
+        FakeCudaEvent.made.append(self)
+
+    def record(self) -> None:
+        assert not self.recorded, "an event is recorded once"
+        self.recorded, self.ns = True, time.perf_counter_ns()
+
+    def synchronize(self) -> None:
+        self.synchronized = True
+
+    def elapsed_time(self, end: FakeCudaEvent) -> float:
+        assert self.recorded and end.recorded and end.synchronized, "read only after the end event completed"
+        return (end.ns - self.ns) / 1e6
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch):
+    """A ``torch-cuda`` backend without a GPU: CUDA reported available, its synchronize
+    counted, its layer events fake, its tensors on the CPU; the rest is its own code."""
+    synchronized = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *device: synchronized.append(True))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *device: "Fake GPU")
+    backend = get_backend("torch-cuda")
+    backend.device, backend.layer_event = "cpu", FakeCudaEvent
+    FakeCudaEvent.made.clear()
+    return backend, synchronized
+
+
+def test_torch_cuda_times_each_layer_with_cuda_events(fake_cuda):
+    assert TorchCuda.layer_event.func is torch.cuda.Event and TorchCuda.layer_event.keywords == {"enable_timing": True}
+    backend, synchronized = fake_cuda
+    paths = ["0", "1", "2", "3"]
+    profiled = backend.profile(tiny_net(), SHAPE, paths, warmup=1, repeats=3)
+    assert [k.name for k in profiled.kernels] == paths
+    assert all(len(k.runs_ms) == 3 and min(k.runs_ms) > 0 for k in profiled.kernels)
+    made = FakeCudaEvent.made
+    assert len(made) == 2 * len(paths) * 3                      # a start and an end event per layer call
+    assert all(e.recorded for e in made) and all(end.synchronized for end in made[1::2])
+    assert len(synchronized) == (1 + 3) + (1 + 3)               # after each inference: profiled, then end to end
+
+
+def test_torch_cuda_benchmark_rows_have_the_format_of_torch_cpu(fake_cuda):
+    from annette_torch.calibration import BenchmarkSpec
+    from annette_torch.calibration.campaign import measure_benchmark
+
+    backend, _ = fake_cuda
+    spec = BenchmarkSpec("conv_chain", {"h": 8, "c": 3, "f": 8, "k": 3, "op": "bn-relu-maxpool"})
+    cuda_network, cuda_rows = measure_benchmark(spec, backend, warmup=1, repeats=3)
+    cpu_network, cpu_rows = measure_benchmark(spec, get_backend("torch-cpu"), warmup=1, repeats=3)
+    assert backend.fingerprint()["gpu"] == "Fake GPU"
+    assert set(cuda_network) == set(cpu_network) and cuda_network["status"] == "ok"
+    assert cuda_network["kernels"] == cpu_network["kernels"] == 4
+    assert [sorted(row) for row in cuda_rows] == [sorted(row) for row in cpu_rows]
+    for cuda_row, cpu_row in zip(cuda_rows, cpu_rows):
+        assert {k: type(v) for k, v in cuda_row.items()} == {k: type(v) for k, v in cpu_row.items()}
+        assert cuda_row["layer"] == cpu_row["layer"] and cuda_row["time_ms"] > 0

@@ -110,6 +110,17 @@ def eval_mode(model: nn.Module) -> Iterator[nn.Module]:
             m.training = training
 
 
+@contextlib.contextmanager
+def torch_threads(count: int) -> Iterator[None]:
+    """``torch.set_num_threads(count)`` for the block; the previous count is restored."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
 def export_onnx(model: nn.Module, input_shape: Sequence[int], path: str | os.PathLike) -> Path:
     """Export ``model`` in eval mode with the TorchScript exporter (``dynamo=False``) for one
     static input named ``input`` of ``input_shape`` (with the fused multi-head-attention
@@ -254,6 +265,13 @@ class Backend:
         ``layer_paths``) it computes, plus the end-to-end latency measured without the
         profiler. Failures raise :class:`BackendError`."""
         raise NotImplementedError
+
+    def prepare_process(self) -> None:
+        """Set this process up for measuring with this backend, for good (it cannot be
+        undone): called once by a process that only measures (a campaign's worker, a
+        benchmark script), before its first measurement, never by the library on its
+        caller's process. Nothing for most backends; the training backend pins glibc's
+        malloc (:func:`~annette_torch.backends.torch_train.steady_allocator`)."""
 
     def store_extras(self, folder: Path) -> None:
         """Measure into the store ``folder`` what a profile of this backend needs besides

@@ -7,19 +7,23 @@ layers take, so it is only used once, in an extra inference, to record which ate
 each layer ran, its ``exec_type``, inside a ``record_function`` range named after the
 module path). Eager PyTorch fuses nothing: each layer is one kernel. ``torch-cuda`` is
 the same on the first GPU, with each layer timed by CUDA events recorded in the hooks
-(a layer's CPU time is only its launch) and a synchronize after every inference.
+(a layer's CPU time is only its launch) and a synchronize after every inference. Both
+time a layer's call with one :class:`LayerTimer`, between two events made by the
+backend's ``layer_event``: :class:`HostEvent` (the host clock) or ``torch.cuda.Event``.
 """
 from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import time
-from typing import Iterator, Sequence
+from typing import Any, Callable, ClassVar, Iterator, Sequence
 
 import torch
 from torch import nn
 
-from .base import Backend, BackendError, KernelRecord, Latency, Profiled, eval_mode, random_input, register_backend
+from .base import (Backend, BackendError, KernelRecord, Latency, Profiled, eval_mode, random_input, register_backend,
+                   torch_threads)
 
 
 @contextlib.contextmanager
@@ -39,6 +43,47 @@ def _module_hooks(model: nn.Module, layer_paths: Sequence[str], enter, leave) ->
             handle.remove()
 
 
+class HostEvent:
+    """The host clock behind ``torch.cuda.Event``'s interface: ``record()`` reads
+    ``time.perf_counter_ns``, ``elapsed_time(end)`` is the milliseconds to ``end``'s record."""
+
+    def record(self) -> None:
+        self.ns = time.perf_counter_ns()
+
+    def synchronize(self) -> None:
+        """Nothing to wait for: the time was read in ``record``."""
+
+    def elapsed_time(self, end: HostEvent) -> float:
+        return (end.ns - self.ns) / 1e6
+
+
+class LayerTimer:
+    """Per module path, the milliseconds of each call, as forward hook callbacks
+    (:meth:`enter`, :meth:`leave`) for :func:`_module_hooks`: a call is timed between two
+    events made by ``event()`` (objects with ``record()``, ``synchronize()`` and
+    ``elapsed_time(end)`` in ms, as ``torch.cuda.Event``), both made before the first is
+    recorded so that making them is not timed."""
+
+    def __init__(self, event: Callable[[], Any] = HostEvent) -> None:
+        self.event = event
+        self._events: dict[str, list[tuple[Any, Any]]] = {}
+
+    def enter(self, path: str) -> None:
+        start, end = self.event(), self.event()
+        self._events.setdefault(path, []).append((start, end))
+        start.record()
+
+    def leave(self, path: str, module: nn.Module, inputs: object, output: object) -> None:
+        self._events[path][-1][1].record()
+
+    def times(self) -> dict[str, list[float]]:
+        """Each timed path's call times in ms, in call order (waits for the events)."""
+        for pairs in self._events.values():
+            for _, end in pairs:
+                end.synchronize()
+        return {path: [start.elapsed_time(end) for start, end in pairs] for path, pairs in self._events.items()}
+
+
 @register_backend
 class TorchCpu(Backend):
     """PyTorch eager in eval mode with ``torch.set_num_threads(threads)`` during the
@@ -48,6 +93,7 @@ class TorchCpu(Backend):
     optimizes_graph = False     # eager mode runs every op of every call
     fuses_layers = False        # ... each as its own kernel (batch norms and activations too)
     device = "cpu"
+    layer_event: ClassVar[Callable[[], Any]] = HostEvent     # what LayerTimer times a layer's call with
 
     def runtime_version(self) -> str:
         return torch.__version__
@@ -56,22 +102,12 @@ class TorchCpu(Backend):
         """Wait for the device to finish (nothing to wait for on the CPU)."""
 
     @contextlib.contextmanager
-    def _pinned_threads(self) -> Iterator[None]:
-        """``torch.set_num_threads(threads)`` for the block; the previous count is restored."""
-        previous_threads = torch.get_num_threads()
-        torch.set_num_threads(self.threads)
-        try:
-            yield
-        finally:
-            torch.set_num_threads(previous_threads)
-
-    @contextlib.contextmanager
     def _session(self, model: nn.Module, input_shape: Sequence[int]) -> Iterator[tuple[nn.Module, torch.Tensor]]:
         """(the model on this backend's device, an input there), in eval and inference mode
         with the backend's thread count; the caller's model is never moved."""
         x = torch.from_numpy(random_input(input_shape)).to(self.device)
         on_device = model if self.device == "cpu" else copy.deepcopy(model).to(self.device)
-        with self._pinned_threads(), eval_mode(on_device), torch.inference_mode():
+        with torch_threads(self.threads), eval_mode(on_device), torch.inference_mode():
             yield on_device, x
 
     def _infer(self, model: nn.Module, x: torch.Tensor) -> None:
@@ -91,22 +127,13 @@ class TorchCpu(Backend):
             kernels = self._profile_layers(on_device, x, layer_paths, repeats)
         return Profiled(kernels, self.measure(model, input_shape, warmup, repeats))
 
-    def _layer_timer(self) -> tuple:
-        """(enter, leave, results): hook callbacks that time a layer, and a function giving
-        each layer's times in ms once the timed inferences are done."""
-        started: dict[str, int] = {}
-        times: dict[str, list[float]] = {}
-        enter = lambda path: started.__setitem__(path, time.perf_counter_ns())  # noqa: E731
-        leave = lambda path, *call: times.setdefault(path, []).append((time.perf_counter_ns() - started[path]) / 1e6)  # noqa: E731
-        return enter, leave, lambda: times
-
     def _profile_layers(self, model: nn.Module, x: torch.Tensor, layer_paths: Sequence[str],
                         repeats: int) -> list[KernelRecord]:
-        enter, leave, results = self._layer_timer()
-        with _module_hooks(model, layer_paths, enter, leave):
+        timer = LayerTimer(self.layer_event)
+        with _module_hooks(model, layer_paths, timer.enter, timer.leave):
             for _ in range(repeats):
                 self._infer(model, x)
-        return self._records(model, x, layer_paths, results())
+        return self._records(model, x, layer_paths, timer.times())
 
     def _records(self, model: nn.Module, x: torch.Tensor, layer_paths: Sequence[str],
                  times: dict[str, list[float]]) -> list[KernelRecord]:
@@ -138,6 +165,7 @@ class TorchCuda(TorchCpu):
 
     name = "torch-cuda"
     device = "cuda"
+    layer_event = functools.partial(torch.cuda.Event, enable_timing=True)
 
     def __init__(self, threads: int = 1, precision: str | None = None) -> None:
         super().__init__(threads, precision)
@@ -152,20 +180,3 @@ class TorchCuda(TorchCpu):
 
     def synchronize(self) -> None:
         torch.cuda.synchronize()
-
-    def _layer_timer(self) -> tuple:
-        events: dict[str, list[tuple[torch.cuda.Event, torch.cuda.Event]]] = {}
-
-        def enter(path: str) -> None:
-            start = torch.cuda.Event(enable_timing=True)
-            start.record()
-            events.setdefault(path, []).append((start, torch.cuda.Event(enable_timing=True)))
-
-        def leave(path: str) -> None:
-            events[path][-1][1].record()
-
-        def results() -> dict[str, list[float]]:
-            torch.cuda.synchronize()
-            return {path: [start.elapsed_time(end) for start, end in pairs] for path, pairs in events.items()}
-
-        return enter, leave, results

@@ -24,10 +24,14 @@ default malloc, whether those pages are kept or returned to the system (and faul
 afresh next step) depends on what the process allocated before: the same MobileNetV2
 step at batch 8 took 681 ms in a fresh process and 543 ms right after a ResNet-50 step
 (``benchmarks/training_effects.py``; 512 ms with the steady allocator).
-Constructing this backend therefore pins the process's malloc to one regime
-(:func:`steady_allocator`: no mmap-backed chunks, no trimming), so calibration and
-ground truth both measure steady-state steps, as a long training loop (or one run with
-jemalloc/tcmalloc, which keep freed memory too) sees them.
+A measuring process therefore pins its malloc to one regime
+(:meth:`TorchCpuTrain.prepare_process`, :func:`steady_allocator`: no mmap-backed chunks,
+no trimming), so calibration and ground truth both measure steady-state steps, as a long
+training loop (or one run with jemalloc/tcmalloc, which keep freed memory too) sees them.
+Only processes that do nothing but measure do so: a campaign's worker and
+``benchmarks/training.py``; the backend never changes the malloc of the process that
+constructs or calls it, nor its RNG state (the CPU RNG state that dropout draws from in
+the training passes is restored afterwards).
 """
 from __future__ import annotations
 
@@ -44,7 +48,7 @@ from torch import nn
 
 from ..atomic import atomic_path
 from ..training.optimizers import make_optimizer, measure_optimizer_steps
-from .base import KernelRecord, Latency, random_input, register_backend
+from .base import KernelRecord, Latency, random_input, register_backend, torch_threads
 from .torch_cpu import TorchCpu, _module_hooks
 
 OPTIMIZER_STEPS_FILE = "optimizer_steps.csv"
@@ -155,16 +159,20 @@ class TorchCpuTrain(TorchCpu):
 
     def __init__(self, threads: int = 1, precision: str | None = None) -> None:
         super().__init__(threads, precision)
-        self.steady_allocator = steady_allocator()
         self._gradients: dict = {}       # output (shape, dtype, device) -> labels or gradient to backpropagate
+
+    def prepare_process(self) -> None:
+        """Pin this process's malloc to keep freed memory (:func:`steady_allocator`)."""
+        steady_allocator()
 
     @contextlib.contextmanager
     def _session(self, model: nn.Module, input_shape: Sequence[int]) -> Iterator[tuple[nn.Module, torch.Tensor]]:
         """(a copy of the model in train mode on this backend's device, an input that
-        requires grad), with gradients on and the backend's thread count."""
+        requires grad), with gradients on, the backend's thread count and the CPU RNG
+        state restored afterwards (dropout draws from it)."""
         x = torch.from_numpy(random_input(input_shape)).to(self.device).requires_grad_(True)
         training = copy.deepcopy(model).to(self.device).train()
-        with self._pinned_threads(), torch.enable_grad():
+        with torch_threads(self.threads), torch.enable_grad(), torch.random.fork_rng(devices=[]):
             yield training, x
 
     def _infer(self, model: nn.Module, x: torch.Tensor, optimizer: torch.optim.Optimizer | None = None) -> None:
@@ -180,7 +188,10 @@ class TorchCpuTrain(TorchCpu):
                      warmup: int = 3, repeats: int = 10) -> Latency:
         """Time whole training steps of ``model`` (forward, loss, backward, ``optimizer``
         step from :data:`~annette_torch.training.optimizers.OPTIMIZERS`) on an input of
-        ``input_shape`` that does not require grad, as a data batch does not."""
+        ``input_shape`` that does not require grad, as a data batch does not. It runs in
+        the calling process as that is: for steady-state steps, as calibration times them,
+        call it in a process that only measures after :meth:`prepare_process`
+        (``benchmarks/training.py`` does)."""
         with self.step("run"), self._session(model, input_shape) as (training, x):
             x.requires_grad_(False)
             step = make_optimizer(optimizer, [p for p in training.parameters() if p.requires_grad])

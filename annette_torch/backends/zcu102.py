@@ -30,13 +30,14 @@ error naming them, since this backend measures DPU kernels.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import inspect
 import json
 import os
+import pickle
 import re
 import shlex
 import shutil
-import sys
 import tempfile
 import textwrap
 import types
@@ -83,12 +84,36 @@ def _custom_classes(model: nn.Module) -> list[type]:
     return ordered
 
 
+class _PortableModule:
+    """Stands for the module :data:`PORTABLE_MODULE` in a pickle: loading imports it."""
+
+
+def _portable_pickle(classes: Sequence[type]) -> types.ModuleType:
+    """A pickle module for ``torch.save(..., pickle_module=)`` whose ``Pickler`` writes each
+    of ``classes`` as ``PORTABLE_MODULE.<name>`` (``getattr`` of the module imported when
+    loading), wherever the class itself lives."""
+    portable, module = frozenset(classes), _PortableModule()
+
+    class Pickler(pickle.Pickler):
+        def reducer_override(self, obj: Any) -> Any:
+            if isinstance(obj, type) and obj in portable:
+                return getattr, (module, obj.__name__)
+            if obj is module:
+                return importlib.import_module, (PORTABLE_MODULE,)
+            return NotImplemented
+
+    namespace = types.ModuleType("annette_portable_pickle")
+    namespace.Pickler = Pickler
+    return namespace
+
+
 def export_portable(model: nn.Module, folder: str | os.PathLike) -> list[str]:
     """Write ``model`` to ``folder/model.pt`` (``torch.save`` of the whole module) and the
-    source of its non-torch classes to ``folder/annette_model.py``, re-homing those
-    classes there so that ``torch.load`` needs only torch and that file. Returns the
-    class names. A class whose source cannot be read, or that is nested in a function
-    or class, raises ``ValueError`` naming it. The classes' ``forward`` may use ``torch``,
+    source of its non-torch classes to ``folder/annette_model.py``, the pickle naming
+    those classes as that file's, so that ``torch.load`` needs only torch and that file;
+    the classes themselves and ``sys.modules`` are left untouched. Returns the class
+    names. A class whose source cannot be read, or that is nested in a function or
+    class, raises ``ValueError`` naming it. The classes' ``forward`` may use ``torch``,
     ``nn``, ``F`` (``torch.nn.functional``) and ``math``."""
     folder = Path(folder)
     classes = _custom_classes(model)
@@ -106,23 +131,7 @@ def export_portable(model: nn.Module, folder: str | os.PathLike) -> list[str]:
               "from __future__ import annotations\n\nimport math\nfrom typing import *  # noqa: F403\n\n"
               "import torch\nimport torch.nn.functional as F\nfrom torch import nn\n")
     (folder / f"{PORTABLE_MODULE}.py").write_text(header + "".join("\n\n" + s for s in sources))
-    portable = types.ModuleType(PORTABLE_MODULE)
-    homes = {cls: cls.__module__ for cls in classes}
-    for cls in classes:
-        setattr(portable, cls.__name__, cls)
-    previous = sys.modules.get(PORTABLE_MODULE)
-    sys.modules[PORTABLE_MODULE] = portable
-    try:
-        for cls in classes:
-            cls.__module__ = PORTABLE_MODULE
-        torch.save(model, folder / "model.pt")
-    finally:
-        for cls, home in homes.items():
-            cls.__module__ = home
-        if previous is None:
-            sys.modules.pop(PORTABLE_MODULE, None)
-        else:
-            sys.modules[PORTABLE_MODULE] = previous
+    torch.save(model, folder / "model.pt", pickle_module=_portable_pickle(classes))
     return [cls.__name__ for cls in classes]
 
 

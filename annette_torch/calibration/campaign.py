@@ -4,7 +4,10 @@
 
 Benchmarks run one at a time in a worker process, so one that hangs is killed after
 ``timeout_s`` and one that crashes the runtime takes only the worker down; both are
-recorded as failed with their error, and the campaign goes on with a new worker. What
+recorded as failed with their error, and the campaign goes on with a new worker. All
+measuring happens there (the backend's store extras too), in a process the backend may
+set up for measuring (:meth:`~annette_torch.backends.Backend.prepare_process`); the
+campaign's own process is left as it was. What
 the store already holds is skipped, so an interrupted campaign (even ``kill -9``) is
 resumed by running the same command again. The worker's console output (runtime
 logs) goes to ``worker.log`` in the store folder. ``minutes`` bounds the wall time of one
@@ -105,23 +108,31 @@ def measure_benchmark(spec: BenchmarkSpec, backend: Any, warmup: int, repeats: i
 
 def _serve(connection: Connection, backend_name: str, options: dict[str, Any], warmup: int, repeats: int,
            log_path: str) -> None:
-    """Worker loop: receive a spec as JSON, answer ("ok", network, rows) or ("failed", error).
-    The runtimes' own console output goes to ``log_path``, away from the progress bar."""
+    """Worker loop: set the process up for the backend (:meth:`Backend.prepare_process`),
+    then answer each request: ("extras", folder) with ("ok",) once the backend's store
+    extras are written there, ("benchmark", spec as JSON) with ("ok", network, rows);
+    either with ("failed", error) when it fails. The runtimes' own console output goes to
+    ``log_path``, away from the progress bar."""
     import warnings
     warnings.filterwarnings("ignore")
     log = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     os.dup2(log, 1)
     os.dup2(log, 2)
     backend = get_backend(backend_name, **options)
+    backend.prepare_process()
     connection.send(("ready",))
     while True:
         try:
-            text = connection.recv()
+            request, argument = connection.recv()
         except EOFError:
             return
         try:
-            network, rows = measure_benchmark(BenchmarkSpec.from_json(text), backend, warmup, repeats)
-            connection.send(("ok", network, rows))
+            if request == "extras":
+                backend.store_extras(argument)
+                connection.send(("ok",))
+            else:
+                network, rows = measure_benchmark(BenchmarkSpec.from_json(argument), backend, warmup, repeats)
+                connection.send(("ok", network, rows))
         except Exception as error:  # recorded in the store, the campaign goes on
             connection.send(("failed", f"{type(error).__name__}: {first_line(error)}"))
 
@@ -155,10 +166,26 @@ class _Worker:
             raise RuntimeError(f"the calibration worker exited while starting (exit code {code}); "
                                f"see worker.log in the store folder") from None
 
+    def store_extras(self, folder: os.PathLike) -> None:
+        """Have the worker write the backend's store extras into ``folder`` (no time limit);
+        ``RuntimeError`` with the worker's error when that fails."""
+        if self._process is None or not self._process.is_alive():
+            self._start()
+        self._connection.send(("extras", str(folder)))
+        try:
+            answer = self._connection.recv()
+        except (EOFError, ConnectionError):
+            code = self._process.exitcode
+            self.stop()
+            raise RuntimeError(f"the calibration worker died (exit code {code}) while measuring the store's "
+                               f"extras; see worker.log in the store folder") from None
+        if answer[0] != "ok":
+            raise RuntimeError(f"measuring the store's extras failed: {answer[1]}")
+
     def run(self, spec: BenchmarkSpec, timeout_s: float) -> tuple:
         if self._process is None or not self._process.is_alive():
             self._start()
-        self._connection.send(spec.to_json())
+        self._connection.send(("benchmark", spec.to_json()))
         try:
             if self._connection.poll(timeout_s):
                 return self._connection.recv()
@@ -207,7 +234,6 @@ def run_campaign(backend_name: str, sweep: str | Sequence[BenchmarkSpec], out: s
     start = time.monotonic()
     deadline = start + minutes * 60 if minutes is not None else None
     with MeasurementStore.open(out, backend.fingerprint()) as store:
-        backend.store_extras(store.folder)
         done = store.done(include_failed=not retry_failed)
         # a fixed pseudo-random order (by the id's hash) so that a campaign cut short by
         # --minutes still covers every family
@@ -215,28 +241,30 @@ def run_campaign(backend_name: str, sweep: str | Sequence[BenchmarkSpec], out: s
         worker = _Worker(backend_name, options, warmup, repeats, str(store.folder / "worker.log"))
         measured = failed = layer_rows = 0
         stopped_early = False
-        bar = tqdm(todo, desc=f"{backend_name} {label}", unit="bench", disable=not progress, dynamic_ncols=True)
         try:
-            for spec in bar:
-                if deadline is not None and time.monotonic() >= deadline:
-                    stopped_early = True
-                    break
-                began = time.perf_counter()
-                answer = worker.run(spec, timeout_s)
-                finished = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-                if answer[0] == "ok":
-                    _, network, rows = answer
-                    store.append({**network, "finished_utc": finished}, rows)
-                    measured += 1
-                    layer_rows += len(rows)
-                else:
-                    store.append({"benchmark": spec.id, "family": spec.family, "spec": spec.to_json(),
-                                  "status": "failed", "error": answer[1],
-                                  "wall_s": time.perf_counter() - began, "finished_utc": finished}, [])
-                    failed += 1
-                bar.set_postfix(failed=failed)
+            if todo:
+                worker.store_extras(store.folder)      # before the first benchmark, in the measuring process
+            with tqdm(todo, desc=f"{backend_name} {label}", unit="bench", disable=not progress,
+                      dynamic_ncols=True) as bar:
+                for spec in bar:
+                    if deadline is not None and time.monotonic() >= deadline:
+                        stopped_early = True
+                        break
+                    began = time.perf_counter()
+                    answer = worker.run(spec, timeout_s)
+                    finished = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+                    if answer[0] == "ok":
+                        _, network, rows = answer
+                        store.append({**network, "finished_utc": finished}, rows)
+                        measured += 1
+                        layer_rows += len(rows)
+                    else:
+                        store.append({"benchmark": spec.id, "family": spec.family, "spec": spec.to_json(),
+                                      "status": "failed", "error": answer[1],
+                                      "wall_s": time.perf_counter() - began, "finished_utc": finished}, [])
+                        failed += 1
+                    bar.set_postfix(failed=failed)
         finally:
-            bar.close()
             worker.stop()
         return CampaignSummary(str(store.folder), len(specs), len(specs) - len(todo), measured, failed,
                                layer_rows, time.monotonic() - start, stopped_early)

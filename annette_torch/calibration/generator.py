@@ -127,10 +127,12 @@ def estimate_size(spec: BenchmarkSpec) -> tuple[float, float]:
 
 
 def build_benchmark(spec: BenchmarkSpec) -> tuple[nn.Module, tuple[int, ...]]:
-    """The spec's network in eval mode (randomly initialised, fixed seed) and its input shape."""
+    """The spec's network in eval mode (randomly initialised from seed 0 of the CPU RNG,
+    whose state is restored afterwards) and its input shape."""
     params = resolve_params(spec)
-    torch.manual_seed(0)
-    module, input_shape = FAMILIES[spec.family].build(params)
+    with torch.random.fork_rng(devices=[]):
+        torch.default_generator.manual_seed(0)
+        module, input_shape = FAMILIES[spec.family].build(params)
     return module.eval(), input_shape
 
 

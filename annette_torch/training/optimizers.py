@@ -43,16 +43,18 @@ def measure_optimizer_steps(threads: int = 1, warmup: int = 3, repeats: int = 15
                             device: str = "cpu") -> pd.DataFrame:
     """Time ``optimizer.step()`` of every optimizer on every synthetic parameter set
     (median of ``repeats`` after ``warmup``, ``threads`` torch threads): one row per
-    (optimizer, tensors, elements) with ``time_ms`` and ``spread``."""
+    (optimizer, tensors, elements) with ``time_ms`` and ``spread``. The parameters and
+    gradients are drawn from a generator of its own; the global RNG is not touched."""
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
+    generator = torch.Generator().manual_seed(0)
     rows = []
     try:
         for name, tensors, elements in itertools.product(OPTIMIZERS, _TENSORS, _ELEMENTS):
             size = max(int(elements) // tensors, 1)
-            params = [torch.nn.Parameter(torch.randn(size, device=device)) for _ in range(tensors)]
+            params = [torch.nn.Parameter(torch.randn(size, generator=generator).to(device)) for _ in range(tensors)]
             for p in params:
-                p.grad = torch.randn_like(p)
+                p.grad = torch.randn(size, generator=generator).to(device)
             optimizer = make_optimizer(name, params)
             runs = []
             for i in range(warmup + repeats):

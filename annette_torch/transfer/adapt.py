@@ -7,10 +7,10 @@ from __future__ import annotations
 import sys
 from typing import Sequence
 
-import torch
 from tqdm import tqdm
 
 from ..backends import BackendError, get_backend
+from ..backends.base import torch_threads
 from ..estimator import Estimator
 from ..graph import trace
 from ..profiles import Profile, builtin_names, load_profile
@@ -27,16 +27,16 @@ def measure_references(backend, k: int, seed: int, warmup: int = 5, repeats: int
     if not 0 <= k <= len(pool):
         raise ValueError(f"--samples must be between 0 and {len(pool)} (the reference pool), got {k}")
     samples = []
-    torch.set_num_threads(1)       # tracing; the backend pins its own threads
-    for net in tqdm(draw(pool, k, seed), desc=f"measure on {backend.name}", unit="net", file=sys.stderr):
-        model = net.build()
-        try:
-            latency = backend.measure(model, net.input_shape, warmup=warmup, repeats=repeats)
-        except BackendError as error:
-            print(f"skipped {net.name}: {error}", file=sys.stderr)
-            continue
-        samples.append(Sample(trace(model, input_shape=net.input_shape, name=net.name), latency.median_ms,
-                              net.name, net.set))
+    with torch_threads(1):       # tracing; the backend pins its own threads
+        for net in tqdm(draw(pool, k, seed), desc=f"measure on {backend.name}", unit="net", file=sys.stderr):
+            model = net.build()
+            try:
+                latency = backend.measure(model, net.input_shape, warmup=warmup, repeats=repeats)
+            except BackendError as error:
+                print(f"skipped {net.name}: {error}", file=sys.stderr)
+                continue
+            samples.append(Sample(trace(model, input_shape=net.input_shape, name=net.name), latency.median_ms,
+                                  net.name, net.set))
     return samples
 
 
