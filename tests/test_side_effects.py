@@ -11,8 +11,7 @@ import pytest
 import torch
 from torch import nn
 
-from annette_torch.backends import Latency, export_onnx, get_backend
-from annette_torch.backends import torch_train
+from annette_torch.backends import Latency, export_onnx, get_backend, torch_train
 from annette_torch.backends.zcu102 import PORTABLE_MODULE, export_portable
 from annette_torch.calibration import BenchmarkSpec, build_benchmark, run_campaign
 from annette_torch.calibration.generator import FAMILIES, resolve_params

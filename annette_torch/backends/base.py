@@ -275,8 +275,8 @@ class Backend:
 
     def store_extras(self, folder: Path) -> None:
         """Measure into the store ``folder`` what a profile of this backend needs besides
-        the benchmark networks (called by a campaign before its benchmarks; nothing for
-        most backends; the training backend times optimizer steps)."""
+        the benchmark networks (called in a campaign's worker before its benchmarks;
+        nothing for most backends; the training backend times optimizer steps)."""
 
     def dry_run(self, model: nn.Module, input_shape: Sequence[int], layer_paths: Sequence[str],
                 warmup: int = 3, repeats: int = 15) -> list[str]:

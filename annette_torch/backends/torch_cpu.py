@@ -17,7 +17,7 @@ import contextlib
 import copy
 import functools
 import time
-from typing import Any, Callable, ClassVar, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 from torch import nn
@@ -93,7 +93,7 @@ class TorchCpu(Backend):
     optimizes_graph = False     # eager mode runs every op of every call
     fuses_layers = False        # ... each as its own kernel (batch norms and activations too)
     device = "cpu"
-    layer_event: ClassVar[Callable[[], Any]] = HostEvent     # what LayerTimer times a layer's call with
+    layer_event = HostEvent     # makes the events LayerTimer times a layer's call between
 
     def runtime_version(self) -> str:
         return torch.__version__

@@ -7,11 +7,11 @@ Benchmarks run one at a time in a worker process, so one that hangs is killed af
 recorded as failed with their error, and the campaign goes on with a new worker. All
 measuring happens there (the backend's store extras too), in a process the backend may
 set up for measuring (:meth:`~annette_torch.backends.Backend.prepare_process`); the
-campaign's own process is left as it was. What
-the store already holds is skipped, so an interrupted campaign (even ``kill -9``) is
-resumed by running the same command again. The worker's console output (runtime
-logs) goes to ``worker.log`` in the store folder. ``minutes`` bounds the wall time of one
-run of the campaign, for campaigns done in chunks.
+campaign's own process is left as it was. What the store already holds is skipped, so
+an interrupted campaign (even ``kill -9``) is resumed by running the same command
+again. The worker's console output (runtime logs) goes to ``worker.log`` in the store
+folder. ``minutes`` bounds the wall time of one run of the campaign, for campaigns done
+in chunks.
 """
 from __future__ import annotations
 
