@@ -413,7 +413,7 @@ def test_benchmark_app_reports():
 def test_export_portable_loads_without_annette_torch(tmp_path, monkeypatch):
     model, shape = build_benchmark(BenchmarkSpec("residual", {"h": 6, "c": 4, "k": 3}))
     assert export_portable(model, tmp_path) == ["_Residual", "Eltwise"]
-    assert type(model).__module__ == "annette_torch.calibration.generator"      # restored after saving
+    assert type(model).__module__ == "annette_torch.calibration.generator"      # the class is left alone
     monkeypatch.syspath_prepend(str(tmp_path))
     portable = importlib.import_module("annette_model")
     try:
