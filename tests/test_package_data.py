@@ -2,8 +2,8 @@
 (an installed wheel has it too; .ci/wheel_smoke.sh runs the CLI from a built wheel)."""
 from __future__ import annotations
 
-import fnmatch
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -18,6 +18,13 @@ from annette_torch.calibration.sweep import SweepError, load_sweep, sweep_names,
 
 PACKAGE = Path(annette_torch.__file__).resolve().parent
 ROOT = PACKAGE.parent
+
+
+def _glob_regex(glob: str) -> re.Pattern:
+    """setuptools' package-data glob: ``*`` within a folder, ``**`` across folders."""
+    parts = re.split(r"(\*\*/|\*\*|\*|\?)", glob)
+    table = {"**/": "(?:.*/)?", "**": ".*", "*": "[^/]*", "?": "[^/]"}
+    return re.compile("".join(table.get(part, re.escape(part)) for part in parts))
 
 
 def _inside_package(path) -> bool:
@@ -68,7 +75,7 @@ def test_every_data_file_of_the_package_is_package_data():
             folder = ROOT / Path(*package.split("."))
             if path.is_relative_to(folder):
                 inner = path.relative_to(folder).as_posix()
-                covered |= any(fnmatch.fnmatchcase(inner, g) and inner.count("/") == g.count("/") for g in globs)
+                covered |= any(_glob_regex(g).fullmatch(inner) for g in globs)
         if not covered:
             missing.append(str(relative))
     assert not missing, f"not package data in pyproject.toml: {missing}"
