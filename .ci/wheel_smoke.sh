@@ -22,7 +22,7 @@ run() {
         tr '\r' '\n' <"$work/$name.log" | tail -n 40 >&2
         fail "$name exited non-zero: $*"
     fi
-    tr '\r' '\n' <"$work/$name.log" | grep -v '^ *$' | tail -n "${TAIL:-3}"     # progress bars: last state
+    tr '\r' '\n' <"$work/$name.log" | { grep -v '^ *$' || true; } | tail -n "${TAIL:-3}"   # progress bars: last state
 }
 
 step "sources: the checkout's files without build/, *.egg-info or caches (a stale egg-info hides missing package data)"
