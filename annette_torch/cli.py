@@ -26,6 +26,7 @@ from .estimator import DEFAULT_PROFILE, Estimator
 from .graph import TraceError
 from .backends import BackendError
 from .calibration.store import StoreError
+from .calibration.sweep import sweep_names
 from .profiles import ProfileError, builtin_names, load_profile
 
 
@@ -241,9 +242,14 @@ def build_parser() -> argparse.ArgumentParser:
     from .backends import available_backends
     cal = sub.add_parser("calibrate", help="measure a sweep of benchmark networks on a runtime into a store")
     cal.add_argument("--backend", required=True, choices=available_backends())
-    cal.add_argument("--sweep", required=True, help="sweep name in calibration/sweeps (smoke, quick, full) or a CSV path")
+    cal.add_argument("--sweep", required=True,
+                     help=f"a shipped sweep ({', '.join(sweep_names())}; package data in "
+                          "annette_torch/calibration/sweeps) or the path of a sweep CSV file")
     cal.add_argument("--out", help="store root; measurements go to a folder per backend fingerprint")
-    cal.add_argument("--config", help="backend configuration file (boards: see calibration/boards/)")
+    cal.add_argument("--config",
+                     help="backend configuration file (boards: a copy of the shipped example "
+                          "annette_torch/backends/boards/<board>.example.toml; without --config the error "
+                          "names where it is installed)")
     cal.add_argument("--dry-run", action="store_true",
                      help="print the commands each benchmark would run (board backends) and run nothing")
     cal.add_argument("--threads", type=_positive_int, default=1, help="threads the runtime may use (default 1)")

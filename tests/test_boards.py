@@ -23,7 +23,8 @@ from annette_torch.backends.base import onnx_scopes
 from annette_torch.backends.ncs2 import (parse_benchmark_report, parse_detailed_counters,
                                          to_module_paths)
 from annette_torch.backends.ncs2 import parse_runner_report as parse_ncs2_report
-from annette_torch.backends.remote import BoardConfigError, Command, CommandFailed, ReportError, run_command
+from annette_torch.backends.remote import (BoardConfigError, Command, CommandFailed, ReportError, example_config,
+                                          run_command)
 from annette_torch.backends.zcu102 import (_shown_as, dpu_kernels, export_portable, layer_of_op,
                                            parse_runner_report, parse_vaitrace_summary, parse_xdputil_query,
                                            xmodel_formal_name, xmodel_scopes)
@@ -200,9 +201,10 @@ def ncs2_config(tmp_path: Path, tools: Path | None = None, extra: str = "") -> P
 
 # --- configuration -----------------------------------------------------------------------------
 
-def test_missing_config_names_the_option_and_the_example():
-    with pytest.raises(BoardConfigError, match=r"--config FILE.*calibration/boards/zcu102.example.toml"):
+def test_missing_config_names_the_option_and_the_installed_example():
+    with pytest.raises(BoardConfigError, match=r"--config FILE.*annette_torch/backends/boards/zcu102.example.toml") as info:
         get_backend("zcu102")
+    assert Path(str(info.value).rsplit(" ", 1)[-1]).is_file()      # the path it names is there (package data)
     with pytest.raises(BoardConfigError, match="does not exist"):
         get_backend("ncs2", config="/no/such/ncs2.toml")
 
@@ -240,13 +242,13 @@ def test_wrong_values_are_named(tmp_path):
 
 
 def test_documented_examples_load_with_every_key(tmp_path):
-    example = (Path(__file__).parents[1] / "calibration" / "boards" / "zcu102.example.toml").read_text()
+    example = Path(example_config("zcu102")).read_text()
     key = tmp_path / "key"
     key.write_text("k")
     (tmp_path / "zcu102.toml").write_text(example.replace("~/.ssh/id_zcu102", str(key)))
     zcu = get_backend("zcu102", config=tmp_path / "zcu102.toml")
     assert (zcu.mode, zcu.ssh.host, zcu.profiler, zcu.retries) == ("docker", "192.168.1.102", "runner", 2)
-    ncs = get_backend("ncs2", config=Path(__file__).parents[1] / "calibration" / "boards" / "ncs2.example.toml")
+    ncs = get_backend("ncs2", config=example_config("ncs2"))
     assert (ncs.python, ncs.device, ncs.profiler, ncs.env) == ("/opt/ov2022/bin/python", "MYRIAD", "runner", {})
 
 

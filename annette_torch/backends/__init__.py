@@ -17,7 +17,7 @@ a temporary directory first). A failing export, compile or run raises
 Adding a backend is one new file with a class decorated by :func:`register_backend`,
 imported below. The board backends (``zcu102``, ``ncs2``) drive toolchains, other
 interpreters and boards through commands (:mod:`.remote`); they need a configuration
-file (``config=``, examples in ``calibration/boards/``) and import nothing of those
+file (``config=``, examples shipped in ``annette_torch/backends/boards/``) and import nothing of those
 toolchains here.
 """
 from .base import (BACKENDS, Backend, BackendError, KernelRecord, Latency, OnnxBackend, Profiled,

@@ -38,10 +38,10 @@ from torch import nn
 
 from .base import (Backend, BackendError, KernelRecord, Latency, Profiled, _scope_of, export_onnx, onnx_scopes,
                    register_backend)
-from .remote import (BoardConfig, Command, CommandFailed, ReportError, run_command, runner_report, times_ms,
-                     with_retries)
+from .remote import (BoardConfig, Command, CommandFailed, ReportError, example_config, run_command, runner_report,
+                     times_ms, with_retries)
 
-EXAMPLE_CONFIG = "calibration/boards/ncs2.example.toml"
+EXAMPLE_CONFIG = example_config("ncs2")
 RUNNER_SCRIPT = Path(__file__).resolve().parent / "ncs2_runner.py"
 RUNNER_COMPILE_FAILED = 3
 RUNNER_DEVICE_FAILED = 4
@@ -168,7 +168,7 @@ def to_module_paths(kernels: Sequence[KernelRecord], scope: dict[str, str],
 class Ncs2(Backend):
     """An NCS2 through OpenVINO 2022.3's MYRIAD plugin in another interpreter (module
     docstring). ``config``: the configuration file
-    (``calibration/boards/ncs2.example.toml``). ``threads`` must be 1; ``precision`` is
+    (example: ``annette_torch/backends/boards/ncs2.example.toml``). ``threads`` must be 1; ``precision`` is
     ``f16``, the Myriad X's arithmetic."""
 
     name = "ncs2"

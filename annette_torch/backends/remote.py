@@ -3,8 +3,9 @@
 A board backend (``zcu102``, ``ncs2``) drives tools outside this Python process: a
 toolchain in another environment, an older interpreter, a board reached over SSH. It
 is configured by one file per board (TOML on Python >= 3.11, or JSON; documented
-examples in ``calibration/boards/``) read by :class:`BoardConfig`, which names the
-missing or wrong key and how to set it.
+examples, shipped as package data in ``annette_torch/backends/boards/``:
+:func:`example_config`) read by :class:`BoardConfig`, which names the missing or
+wrong key and how to set it.
 
 Every command is a :class:`Command`: an argument list run without a shell, with a
 timeout, shown by ``dry_run`` exactly as it would run. :func:`run_command` runs one and
@@ -24,6 +25,7 @@ import shutil
 import subprocess
 import time
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Any, Callable, Sequence, TypeVar
 
@@ -36,6 +38,12 @@ _TAIL_CHARS = 600
 
 class BoardConfigError(ValueError):
     """A board configuration file is missing, unreadable or lacks a key."""
+
+
+def example_config(board: str) -> str:
+    """Where the documented example configuration of ``board`` (``zcu102``, ``ncs2``) is
+    installed: package data (``annette_torch/backends/boards/<board>.example.toml``)."""
+    return str(resources.files(__package__).joinpath("boards", f"{board}.example.toml"))
 
 
 def runner_report(text: str, source: str, report_format: str, script: str) -> dict:
@@ -74,10 +82,10 @@ class BoardConfig:
         if path is None:
             raise BoardConfigError(
                 f"this backend needs a board configuration file: pass --config FILE (or config=FILE); "
-                f"start from {example}")
+                f"start from a copy of {example}")
         self.path = Path(path).expanduser()
         if not self.path.is_file():
-            raise BoardConfigError(f"board configuration file {self.path} does not exist; start from {example}")
+            raise BoardConfigError(f"board configuration file {self.path} does not exist; start from a copy of {example}")
         self.data = self._read()
 
     def _read(self) -> dict[str, Any]:

@@ -50,9 +50,9 @@ from torch import nn
 
 from .base import Backend, BackendError, KernelRecord, Latency, Profiled, register_backend
 from .remote import (SSH_CONNECTION_ERROR, BoardConfig, BoardConfigError, Command, CommandFailed, ReportError, Ssh,
-                     run_command, runner_report, times_ms, with_retries)
+                     example_config, run_command, runner_report, times_ms, with_retries)
 
-EXAMPLE_CONFIG = "calibration/boards/zcu102.example.toml"
+EXAMPLE_CONFIG = example_config("zcu102")
 HERE = Path(__file__).resolve().parent
 QUANTIZE_SCRIPT = HERE / "zcu102_quantize.py"
 RUNNER_SCRIPT = HERE / "zcu102_runner.py"
@@ -369,7 +369,7 @@ def dpu_kernels(report: RunnerReport, scopes: Sequence[tuple[str, str]], arch: s
 @register_backend
 class Zcu102(Backend):
     """The ZCU102's DPU through Vitis AI (see the module docstring). ``config``: the board
-    configuration file (``calibration/boards/zcu102.example.toml``). ``threads`` must be 1
+    configuration file (example: ``annette_torch/backends/boards/zcu102.example.toml``). ``threads`` must be 1
     (one inference at a time); ``precision`` is ``int8``, the DPU's arithmetic."""
 
     name = "zcu102"

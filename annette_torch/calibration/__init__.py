@@ -2,7 +2,7 @@
 
     from annette_torch.calibration import load_sweep, build_benchmark, run_campaign
 
-    specs = load_sweep("quick")                     # calibration/sweeps/quick.csv
+    specs = load_sweep("quick")                     # annette_torch/calibration/sweeps/quick.csv (package data)
     model, input_shape = build_benchmark(specs[0])  # an nn.Module benchmark network
     run_campaign("openvino-cpu", "quick", "calibration/data", threads=1)
 

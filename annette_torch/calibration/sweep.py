@@ -1,7 +1,8 @@
 """Sweep files: which benchmark networks a calibration campaign builds.
 
-A sweep is a CSV file (``calibration/sweeps/<name>.csv`` in the repository, or any
-path). Lines starting with ``#`` are comments. Each row asks for benchmarks of one
+A sweep is a CSV file: one shipped with the package, named like ``quick``
+(``annette_torch/calibration/sweeps/<name>.csv``, package data, :func:`sweep_names`),
+or any path. Lines starting with ``#`` are comments. Each row asks for benchmarks of one
 *family* (see :mod:`.generator`) and has the columns ``family, count`` followed by the
 parameter columns :data:`PARAMETERS`. A parameter cell is
 
@@ -32,8 +33,12 @@ import os
 import random
 import re
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from importlib.resources.abc import Traversable
 
 PARAMETERS = ("n", "h", "w", "c", "f", "k", "stride", "groups", "op", "pool")
 MAX_OPS = 4e9          # multiply-adds x 2 of one benchmark network (a VGG conv is 3.7e9)
@@ -106,24 +111,30 @@ def _parse_cell(text: str) -> _Cell | None:
     return _Cell("fixed", (_value(text),))
 
 
-def sweeps_folder() -> Path:
-    """``calibration/sweeps`` of the repository this package lives in."""
-    return Path(__file__).resolve().parents[2] / "calibration" / "sweeps"
+def sweeps_folder() -> Traversable:
+    """The sweeps shipped with the package (``annette_torch/calibration/sweeps``, package
+    data found through :mod:`importlib.resources`, so an installed wheel has them too)."""
+    return resources.files(__package__).joinpath("sweeps")
 
 
-def sweep_path(name_or_path: str | os.PathLike) -> Path:
-    """The sweep file for a path, or for a name in :func:`sweeps_folder` (``quick``)."""
+def sweep_names() -> list[str]:
+    """Names of the shipped sweeps (``smoke``, ``quick``, ``full``, ...)."""
+    return sorted(entry.name[:-len(".csv")] for entry in sweeps_folder().iterdir()
+                  if entry.name.endswith(".csv") and entry.is_file())
+
+
+def sweep_path(name_or_path: str | os.PathLike) -> Path | Traversable:
+    """The sweep file for a path, or for the name of a shipped sweep (``quick``)."""
     path = Path(name_or_path)
     if path.suffix == ".csv" or path.exists():
         if not path.is_file():
             raise SweepError(f"sweep file {path} does not exist")
         return path
-    candidate = sweeps_folder() / f"{name_or_path}.csv"
+    candidate = sweeps_folder().joinpath(f"{name_or_path}.csv")
     if candidate.is_file():
         return candidate
-    known = sorted(p.stem for p in sweeps_folder().glob("*.csv"))
-    raise SweepError(f"no sweep named {name_or_path!r}; known sweeps: {', '.join(known) or 'none'} "
-                     f"(in {sweeps_folder()}), or pass the path of a sweep CSV file")
+    raise SweepError(f"no sweep named {name_or_path!r}; known sweeps: {', '.join(sweep_names()) or 'none'} "
+                     f"(shipped in {sweeps_folder()}), or pass the path of a sweep CSV file")
 
 
 def load_sweep(name_or_path: str | os.PathLike) -> list[BenchmarkSpec]:
@@ -131,6 +142,7 @@ def load_sweep(name_or_path: str | os.PathLike) -> list[BenchmarkSpec]:
     from .generator import FAMILIES
 
     path = sweep_path(name_or_path)
+    stem = Path(path.name).stem        # seeds the draws: a sweep's benchmarks do not depend on where it lies
     text = path.read_text().splitlines()
     limits = {"max_ops": MAX_OPS, "max_elems": MAX_ELEMS}
     for line in text:
@@ -156,7 +168,7 @@ def load_sweep(name_or_path: str | os.PathLike) -> list[BenchmarkSpec]:
         except ValueError as error:
             raise SweepError(f"{where}: {error}") from None
         grid_names = [p for p, c in cells.items() if c.kind == "grid"]
-        rng = random.Random(f"{path.stem}:{row_number}")
+        rng = random.Random(f"{stem}:{row_number}")
         made, last_error = 0, "every draw was above the size limits"
         for point in itertools.product(*(cells[p].values for p in grid_names)):
             for _ in range(count):

@@ -3,8 +3,8 @@
 A target that computes ``par`` elements of dimension d at once wastes the rest of its
 last step when d is not a multiple of ``par``: time grows in steps of ``par`` (ANNETTE,
 formula 3: ``eff = 1 / ((1 - alpha) + alpha * ceil(d / par) * par / d)``). The steps
-show in sweeps where only d changes (``calibration/sweeps/full.csv`` has such grids:
-``4..160:4`` channels at fixed size, and so on). :func:`sweep_groups` finds them in
+show in sweeps where only d changes (``annette_torch/calibration/sweeps/full.csv`` has
+such grids: ``4..160:4`` channels at fixed size, and so on). :func:`sweep_groups` finds them in
 the data itself: kernels of one kind that agree on every dimension except d (and the
 columns that always equal d in this kind, such as f = c of an elementwise layer).
 
