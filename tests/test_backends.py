@@ -47,7 +47,7 @@ def test_measure_onnx(name, onnx_path):
 @pytest.mark.parametrize("name", ["openvino-cpu", "onnxruntime-cpu", "torch-cpu"])
 def test_fingerprint_fields(name):
     fingerprint = get_backend(name, threads=2).fingerprint()
-    assert set(fingerprint) == {"backend", "runtime_version", "cpu", "threads", "precision"}
+    assert set(fingerprint) == {"backend", "runtime_version", "cpu", "cpu_id", "threads", "precision"}
     assert fingerprint["backend"] == name and fingerprint["threads"] == 2
     assert fingerprint["precision"] == "f32" and fingerprint["runtime_version"] and fingerprint["cpu"]
 

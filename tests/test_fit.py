@@ -206,26 +206,50 @@ def test_weights_from_memory_floor_binds_only_kernels_bound_by_their_weights():
     assert float(model.predict(features, xp=torch)[0].sum()) == pytest.approx(weight_bytes / 1e10)
 
 
-def test_profile_of_another_machine_warns_how_to_calibrate_this_one(tmp_path):
+def test_profile_of_another_machine_warns_once_naming_what_differs_and_how_to_adapt(tmp_path):
     import onnxruntime
 
     from annette_torch.backends.base import cpu_model
+    from annette_torch.machine import cpu_id
     from annette_torch.profiles import Profile, ProfileMismatchWarning
 
     roof = RefinedRoofline(peak_ops_s=1e11, bandwidth_bytes_s=1e11)
-    here = {"backend": "onnxruntime-cpu", "device": cpu_model(), "cpu": cpu_model(),
+    here = {"backend": "onnxruntime-cpu", "device": cpu_model(), "cpu": cpu_model(), "cpu_id": cpu_id(),
             "runtime_version": onnxruntime.__version__, "threads": 1, "precision": "f32"}
+    same_name_avx2 = {**here, "cpu_id": {**cpu_id(), "model": 1, "isa": ["avx2", "fma"]}}
+    no_identity = {k: v for k, v in here.items() if k != "cpu_id"}
     elsewhere = {**here, "cpu": "Some Other CPU 9000", "device": "Some Other CPU 9000", "runtime_version": "0.1.0"}
-    for fingerprint, warns in ((here, False), (elsewhere, True)):
-        path = Profile(name="p", fingerprint=fingerprint, layer_models={"roofline": {"default": roof}}).save(tmp_path / "p.json")
+    messages = {}
+    for name, fingerprint in (("here", here), ("avx2", same_name_avx2), ("noid", no_identity), ("else", elsewhere)):
+        path = Profile(name=name, fingerprint=fingerprint, layer_models={"roofline": {"default": roof}}).save(tmp_path / f"{name}.json")
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             Estimator(path)
-        mismatches = [w for w in caught if issubclass(w.category, ProfileMismatchWarning)]
-        assert bool(mismatches) == warns
-    message = str(mismatches[0].message)
-    assert "Some Other CPU 9000" in message and "onnxruntime 0.1.0" in message
-    assert "annette-torch calibrate --backend onnxruntime-cpu --threads 1" in message and "annette-torch fit" in message
+            Estimator(path)                                   # once per profile and process
+        mismatches = [str(w.message) for w in caught if issubclass(w.category, ProfileMismatchWarning)]
+        assert len(mismatches) == (name != "here"), (name, mismatches)
+        messages[name] = mismatches[0] if mismatches else ""
+    assert "CPU model 1 (this machine: " in messages["avx2"] and "lacks" not in messages["avx2"]
+    assert "avx512f" in messages["avx2"].split("ISA")[1] or "avx512f" not in cpu_id()["isa"]
+    assert "no identity" in messages["noid"]
+    assert "Some Other CPU 9000" in messages["else"] and "onnxruntime 0.1.0" in messages["else"]
+    for message in messages.values():
+        if message:
+            assert "annette-torch adapt --from" in message and "--backend onnxruntime-cpu --threads 1" in message
+
+
+def test_cpu_identity_names_the_kernel_isa_and_tells_cpus_of_one_name_apart():
+    from annette_torch.calibration.store import fingerprint_folder
+    from annette_torch.machine import CPU_ID_FIELDS, KERNEL_ISA, cpu_id, cpu_id_differences
+
+    here = cpu_id()
+    assert set(here) == set(CPU_ID_FIELDS) and set(here["isa"]) <= set(KERNEL_ISA)
+    assert cpu_id_differences(here) == []
+    zen3 = {**here, "model": 1, "isa": [f for f in here["isa"] if not f.startswith("avx512")]}
+    differences = cpu_id_differences(zen3)
+    assert differences[0] == f"model 1 (this machine: {here['model']})"
+    base = {"backend": "openvino-cpu", "runtime_version": "1", "cpu": "AMD EPYC", "threads": 1, "precision": "f32"}
+    assert fingerprint_folder({**base, "cpu_id": here}) != fingerprint_folder({**base, "cpu_id": zen3})
 
 
 def _synthetic_profile(**fields):

@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from ..graph.errors import first_line
+from ..machine import cpu_id
 
 BACKENDS: dict[str, type[Backend]] = {}
 
@@ -248,9 +249,10 @@ class Backend:
         raise NotImplementedError
 
     def fingerprint(self) -> dict[str, Any]:
-        """What a measurement was taken on: backend, runtime version, CPU model, threads, precision."""
+        """What a measurement was taken on: backend, runtime version, CPU model name and
+        identity (:func:`annette_torch.machine.cpu_id`), threads, precision."""
         return {"backend": self.name, "runtime_version": self.runtime_version(), "cpu": cpu_model(),
-                "threads": self.threads, "precision": self.precision}
+                "cpu_id": cpu_id(), "threads": self.threads, "precision": self.precision}
 
     def measure(self, model: nn.Module, input_shape: Sequence[int], warmup: int = 5,
                 repeats: int = 20) -> Latency:

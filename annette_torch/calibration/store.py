@@ -50,8 +50,12 @@ class StoreError(RuntimeError):
 
 
 def fingerprint_folder(fingerprint: dict[str, Any]) -> str:
-    """Folder name for a fingerprint: readable parts plus a hash of the CPU model."""
-    cpu = hashlib.sha1(str(fingerprint.get("cpu", "")).encode()).hexdigest()[:8]
+    """Folder name for a fingerprint: readable parts plus a hash of the CPU model name and,
+    where recorded, its identity (another CPU of the same name gets another folder)."""
+    cpu = str(fingerprint.get("cpu", ""))
+    if "cpu_id" in fingerprint:
+        cpu += json.dumps(fingerprint["cpu_id"], sort_keys=True)
+    cpu = hashlib.sha1(cpu.encode()).hexdigest()[:8]
     text = (f"{fingerprint['backend']}-{fingerprint['threads']}t-{fingerprint['precision']}-"
             f"{fingerprint['runtime_version']}-{cpu}")
     return re.sub(r"[^A-Za-z0-9._+-]+", "_", text)

@@ -1,11 +1,13 @@
 """Does a profile describe this machine? The check behind the estimator's warning.
 
 A profile of a local runtime (OpenVINO CPU, ONNX Runtime CPU, PyTorch) records the CPU
-model and runtime version it was calibrated with. Estimating with it on another CPU or
-runtime version still gives numbers, but for that other machine; :func:`mismatch` says
-what differs and :func:`check_machine` turns that into a :class:`ProfileMismatchWarning`
-that says how to calibrate this machine. Board profiles (ZCU102, NCS2) describe a device
-that is not this machine, so they are not checked.
+it was calibrated on (model name and identity: vendor, family/model/stepping, the ISA
+features that pick kernels, cores, caches; :mod:`annette_torch.machine`) and the runtime
+version. Estimating with it on another CPU or runtime version still gives numbers, but
+for that other machine; :func:`mismatch` says what differs and :func:`check_machine`
+turns that into one :class:`ProfileMismatchWarning` per profile and process, with the
+command that adapts the profile to this machine. Board profiles (ZCU102, NCS2) describe
+a device that is not this machine, so they are not checked.
 """
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import importlib.metadata
 import re
 import warnings
 
+from ..machine import cpu_id_differences
 from .profile import Profile
 
 #: local backend -> the Python distribution whose version is its runtime version
@@ -43,6 +46,11 @@ def mismatch(profile: Profile) -> list[str]:
     calibrated_cpu = fingerprint.get("cpu") or fingerprint.get("device")
     if calibrated_cpu and calibrated_cpu != cpu_model():
         differences.append(f"CPU {calibrated_cpu!r}, this machine has {cpu_model()!r}")
+    if isinstance(fingerprint.get("cpu_id"), dict):
+        differences += [f"CPU {d}" for d in cpu_id_differences(fingerprint["cpu_id"])]
+    else:
+        differences.append(f"only the CPU's name {calibrated_cpu!r}, no identity (family/model/ISA), so it may "
+                           f"describe another CPU of that name")
     try:
         here = importlib.metadata.version(package)
     except importlib.metadata.PackageNotFoundError:
@@ -54,18 +62,30 @@ def mismatch(profile: Profile) -> list[str]:
     return differences
 
 
-def check_machine(profile: Profile) -> None:
-    """Warn (:class:`ProfileMismatchWarning`) when ``profile`` is of a local runtime
-    calibrated on another CPU or runtime version, saying how to calibrate this machine."""
-    differences = mismatch(profile)
-    if not differences:
-        return
+_warned: set[tuple[str, tuple[str, ...]]] = set()
+
+
+def adapt_command(profile: Profile) -> str:
+    """The ``annette-torch adapt`` command that fits ``profile`` to this machine."""
     fp = profile.fingerprint
-    threads = fp.get("threads", 1)
+    precision = f" --precision {fp['precision']}" if fp.get("precision") not in (None, "f32") else ""
+    return (f"annette-torch adapt --from {profile.name} --backend {fp['backend']} --threads {fp.get('threads', 1)}"
+            f"{precision} --samples 10 --out {profile.name}-here.json")
+
+
+def check_machine(profile: Profile) -> None:
+    """Warn (:class:`ProfileMismatchWarning`, once per profile and difference per process)
+    when ``profile`` is of a local runtime calibrated on another CPU or runtime version,
+    naming what differs and the command that adapts it to this machine."""
+    differences = mismatch(profile)
+    key = (profile.name, tuple(differences))
+    if not differences or key in _warned:
+        return
+    _warned.add(key)
     warnings.warn(
-        f"profile {profile.name!r} was calibrated with {'; '.join(differences)}. Its estimates describe that "
-        f"machine. To calibrate this one (the quick sweep takes about a minute per backend): "
-        f"annette-torch calibrate --backend {fp['backend']} --threads {threads} --sweep quick --out calib "
-        f"&& annette-torch fit --data calib/<the store folder it made> --out my-profiles, then "
-        f"Estimator('my-profiles/<name>.json'); use --sweep full (about an hour) for the accuracy of the "
-        f"shipped profiles", ProfileMismatchWarning, stacklevel=3)
+        f"profile {profile.name!r} was calibrated on another machine: it records {'; '.join(differences)}. "
+        f"Its estimates describe that machine. Adapt it to this one (about 2 minutes, 10 reference networks): "
+        f"{adapt_command(profile)}, then Estimator('{profile.name}-here.json'). For the accuracy of a full "
+        f"calibration: annette-torch calibrate --backend {profile.fingerprint['backend']} "
+        f"--threads {profile.fingerprint.get('threads', 1)} --sweep full --out calib, then annette-torch fit",
+        ProfileMismatchWarning, stacklevel=3)
