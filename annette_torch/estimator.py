@@ -37,6 +37,16 @@ class UnknownKindWarning(UserWarning):
     """Some layers have a kind no formula claims; they were estimated by the roofline."""
 
 
+class FreeWorkWarning(UserWarning):
+    """A large share of a network's operations is costed as free because the target's
+    graph compiler removes it (dead, constant or repeated layers)."""
+
+
+#: warn (:class:`FreeWorkWarning`) when layers the compiler removes hold more than this
+#: share of a network's operations
+FREE_OPS_WARNING_SHARE = 0.25
+
+
 @dataclass(frozen=True)
 class KernelTimes:
     """Per-kernel predictions for one graph."""
@@ -154,6 +164,7 @@ class Estimator:
         for r in np.flatnonzero(table.free):
             time_ms[r], moved[r], types[r] = 0.0, 0.0, "free"
         self._warn_unknown(graph, table)
+        self._warn_free(graph)
         return KernelTimes(table, time_ms, bound, moved, types, entries)
 
     def __call__(self, model: nn.Module | LayerGraph, **trace_kwargs: Any) -> float:
@@ -169,6 +180,7 @@ class Estimator:
             plan = [(table.features[rows], model) for rows, model in self.model_groups(table)]
             graph._cache[self._plan_key] = plan
             self._warn_unknown(graph, table)
+            self._warn_free(graph)
         seconds = sum(float(model.predict(features)[0].sum()) for features, model in plan)
         return seconds * 1e3 + self.profile.overhead_ms
 
@@ -237,6 +249,21 @@ class Estimator:
         """Memory of one inference or training step (``optimizer``: "sgd", "momentum" or
         "adam"), in bytes; see :mod:`annette_torch.memory`."""
         return estimate_memory(self.graph_of(model, **trace_kwargs), training, optimizer)
+
+    def _warn_free(self, graph: LayerGraph) -> None:
+        if not self._folds or not graph.folded:
+            return
+        ops = graph.features[:, FEATURES.index("ops")]
+        total = float(ops.sum())
+        removed = float(sum(ops[graph.index[name]] for name in graph.folded))
+        if total <= 0 or removed <= FREE_OPS_WARNING_SHARE * total:
+            return
+        dead = len(graph.dead)
+        warnings.warn(f"{graph.model_name}: {removed / total:.0%} of its operations are costed as free, because "
+                      f"{self.profile.name!r} describes a graph compiler that removes them ({dead} layer(s) whose "
+                      f"results reach no output, {len(graph.folded) - dead} computed from constants or repeated). "
+                      f"If the network really computes them, check that its outputs depend on them",
+                      FreeWorkWarning, stacklevel=4)
 
     @staticmethod
     def _warn_unknown(graph: LayerGraph, table: KernelTable) -> None:

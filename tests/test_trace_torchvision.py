@@ -117,8 +117,10 @@ def test_eager_capture_matches_fx(name, traced):
     graph, _, _ = traced(name)
     with torch.device("meta"):
         model = get_model(name).eval()
-    eager = annette_torch.LayerGraph(eager_capture(model, [torch.zeros(1, 3, 224, 224, device="meta")], "meta"))
+    layers, outputs, written = eager_capture(model, [torch.zeros(1, 3, 224, 224, device="meta")], "meta")
+    eager = annette_torch.LayerGraph(layers, outputs=outputs, written=written)
     assert eager.kind_counts() == graph.kind_counts()
+    assert eager.outputs == graph.outputs and eager.dead == graph.dead == frozenset()
     assert eager.total("ops") == pytest.approx(graph.total("ops"))
     assert sum(len(l.parents) for l in eager) == sum(len(l.parents) for l in graph)
     for kind in ("conv", "linear", "multihead_attention"):

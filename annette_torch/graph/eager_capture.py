@@ -3,7 +3,8 @@
 Data-dependent control flow and non-traceable calls are fine here, because the model
 really runs: leaf modules are recorded through forward hooks and every torch function
 or tensor method called outside them through a ``TorchFunctionMode``. Data flow is
-followed by tensor identity. The graph is the path the given input took.
+followed by tensor identity: an in-place write (``add_``, ``x[i] = y``) makes the
+written tensor's later readers depend on it. The graph is the path the given input took.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from torch.overrides import TorchFunctionMode
 
 from ..kinds import canonical_op
 from .errors import LayerExecutionError, first_line
-from .fx_capture import detached_copy
+from .fx_capture import detached_copy, writes_in_place
 from .layer_graph import Layer
 from .recognize import BOOKKEEPING_OPS, CallRecord, build_layer, is_leaf_module, tensor_leaves
 
@@ -28,6 +29,7 @@ class _Recorder(TorchFunctionMode):
         self.sources: dict[int, tuple[str, ...]] = {}
         self.alive: list[Any] = []  # keeps recorded tensors alive so ids stay unique
         self.layers: list[Layer] = []
+        self.written: list[str] = []  # layers an in-place write reads or is
         self.depth = 0  # > 0 while inside a leaf module
         self.names: dict[str, int] = {}
         self.module_names: dict[int, str] = {}
@@ -62,33 +64,54 @@ class _Recorder(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         result = func(*args, **kwargs)
+        in_place = self.depth == 0 and writes_in_place(func) and bool(args) and isinstance(args[0], torch.Tensor)
+        if in_place:
+            self.written.extend(name for t in tensor_leaves((args, kwargs)) for name in self.source_of(t) or ())
+        recorded = False
         if self.depth == 0 and canonical_op(func) not in BOOKKEEPING_OPS and tensor_leaves(result):
             if canonical_op(func) == "getitem" and not isinstance(args[0], torch.Tensor):
                 return result
             self.record(func, args, kwargs, result, self.stack[-1] if self.stack else "")
+            recorded = True
+        if in_place:
+            writer = ((self.layers[-1].name,) if recorded else
+                      tuple(n for t in tensor_leaves((args[1:], kwargs)) for n in self.source_of(t) or ()))
+            if recorded:
+                self.written.append(self.layers[-1].name)
+            self._write_into(args[0], writer)
         return result
+
+    def _write_into(self, tensor: torch.Tensor, writer: tuple[str, ...]) -> None:
+        """Readers of ``tensor`` and of the tensor it is a view of (``x[:, :3].copy_(y)``)
+        also depend on ``writer`` from now on."""
+        for t in (tensor, tensor._base):
+            if t is not None and (writer or self.source_of(t) is not None):
+                self.sources[id(t)] = tuple(dict.fromkeys((self.source_of(t) or ()) + writer))
+                self.alive.append(t)
 
 
 def record_call(fn: Callable, args: tuple, kwargs: dict,
                 inputs: list[tuple[torch.Tensor, tuple[str, ...] | None]], name: str,
-                path: str) -> tuple[Any, list[Layer], list[tuple[str, ...] | None]]:
+                path: str) -> tuple[Any, list[Layer], list[tuple[str, ...] | None], list[str]]:
     """Run one opaque call (a ``torch.fx.wrap``-ed function FX keeps whole) and record
     the torch calls inside it as layers named ``name/op``.
 
     ``inputs`` are its tensor arguments with their sources (as in :class:`CallRecord`).
-    Returns the result, the layers and the source of each tensor in the result.
+    Returns the result, the layers, the source of each tensor in the result and the
+    layers in-place writes involve.
     """
     recorder = _Recorder({id(t) for t, src in inputs if src is None}, prefix=f"{name}/")
     recorder.sources.update((id(t), src) for t, src in inputs if src is not None)
     recorder.stack.append(path)
     with torch.no_grad(), recorder:
         result = fn(*args, **kwargs)
-    return result, recorder.layers, [recorder.source_of(t) for t in tensor_leaves(result)]
+    return result, recorder.layers, [recorder.source_of(t) for t in tensor_leaves(result)], recorder.written
 
 
 def eager_capture(model: nn.Module, inputs: list[torch.Tensor], device: str,
-                  leaf_modules: tuple[type, ...] = ()) -> list[Layer]:
-    """Run ``model`` once on ``inputs`` and record its layers (see module docstring).
+                  leaf_modules: tuple[type, ...] = ()) -> tuple[list[Layer], tuple[str, ...], tuple[str, ...]]:
+    """Run ``model`` once on ``inputs`` and record its layers (see module docstring):
+    the layers, those whose results it returns and those in-place writes involve.
 
     With ``device="meta"`` the run uses a meta copy of the model; otherwise a copy that
     shares its parameters (and has its own buffers) runs under ``torch.no_grad()``.
@@ -123,7 +146,7 @@ def eager_capture(model: nn.Module, inputs: list[torch.Tensor], device: str,
                nn.modules.module.register_module_forward_hook(post_hook)]
     try:
         with torch.no_grad(), recorder:
-            runner(*inputs)
+            result = runner(*inputs)
     except Exception as error:  # noqa: BLE001 - re-raised naming the last good layer
         last = recorder.layers[-1].name if recorder.layers else "the model's input"
         where = recorder.stack[-1] if recorder.stack else type(model).__name__
@@ -134,4 +157,5 @@ def eager_capture(model: nn.Module, inputs: list[torch.Tensor], device: str,
     finally:
         for handle in handles:
             handle.remove()
-    return recorder.layers
+    outputs = tuple(dict.fromkeys(name for t in tensor_leaves(result) for name in recorder.source_of(t) or ()))
+    return recorder.layers, outputs, tuple(dict.fromkeys(recorder.written))

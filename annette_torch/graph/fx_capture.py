@@ -85,10 +85,30 @@ def _is_wrapped_function(target: Any) -> bool:
     return inspect.isfunction(target) and (target.__module__ or "").split(".")[0] != "torch"
 
 
-def run_graph(graph: fx.Graph, root: nn.Module, inputs: list[torch.Tensor], device: str) -> list[Layer]:
+#: ops whose result shares its first argument's storage: a write into it writes there
+VIEW_OPS = frozenset({"getitem", "view", "view_as", "reshape", "narrow", "select", "slice", "permute",
+                      "transpose", "t", "unsqueeze", "squeeze", "flatten", "unflatten", "expand",
+                      "expand_as", "as_strided", "diagonal", "split", "chunk", "unbind", "contiguous"})
+
+
+def writes_in_place(target: Any) -> bool:
+    """Whether a call of torch's ``target`` (a function, or a method name) writes into one
+    of its arguments: ``copy_``, ``add_``, ``masked_fill_``, ``x[i] = y``, ``x += y``."""
+    if not isinstance(target, str) and "." in canonical_op(target):
+        return False                                   # a user's own function
+    name = target if isinstance(target, str) else getattr(target, "__name__", "")
+    return (name in ("setitem", "__setitem__") or (name.endswith("_") and not name.endswith("__"))
+            or name in ("iadd", "isub", "imul", "itruediv", "ior", "iand", "__iadd__", "__isub__",
+                        "__imul__", "__itruediv__", "__ior__", "__iand__"))
+
+
+def run_graph(graph: fx.Graph, root: nn.Module, inputs: list[torch.Tensor],
+              device: str) -> tuple[list[Layer], tuple[str, ...], tuple[str, ...]]:
     """Execute ``graph`` node by node on ``device`` ("meta" or a real device), recording
     one :class:`Layer` per tensor-producing call. Wrapped functions that no kind claims
-    are run eagerly and recorded call by call (see :func:`record_call`).
+    are run eagerly and recorded call by call (see :func:`record_call`). Returns the
+    layers, the layers whose results the graph returns, and those an in-place write
+    involves (see :attr:`LayerGraph.written`).
 
     Raises :class:`LayerExecutionError` naming the first node that fails.
     """
@@ -101,6 +121,8 @@ def run_graph(graph: fx.Graph, root: nn.Module, inputs: list[torch.Tensor], devi
     sources: dict[fx.Node, tuple[str, ...] | None] = {}
     modules: dict[str, nn.Module] = {}
     layers: list[Layer] = []
+    outputs: tuple[str, ...] = ()
+    written: list[str] = []
     placeholders = iter(inputs)
 
     def load(n: Any) -> Any:
@@ -121,6 +143,7 @@ def run_graph(graph: fx.Graph, root: nn.Module, inputs: list[torch.Tensor], devi
             sources[node] = ()
             continue
         if node.op == "output":
+            outputs = _merge_sources(sources.get(n) for n in _node_leaves(node.args)) or ()
             break
         if node.op == "get_attr":
             value = _fetch_attr(root, node.target)
@@ -150,7 +173,7 @@ def run_graph(graph: fx.Graph, root: nn.Module, inputs: list[torch.Tensor], devi
         try:
             result = None
             if kind.name == "unknown" and _is_wrapped_function(target):
-                result, inner, inner_sources = record_call(fn, args, kwargs, inputs_with_source,
+                result, inner, inner_sources, inner_written = record_call(fn, args, kwargs, inputs_with_source,
                                                            node.name, _module_path(node))
             elif meta:
                 tensors = tensor_leaves((args, kwargs))
@@ -166,21 +189,41 @@ def run_graph(graph: fx.Graph, root: nn.Module, inputs: list[torch.Tensor], devi
         env[node] = result
         if inner is not None:
             layers.extend(inner)
+            written.extend(inner_written)
             sources[node] = _merge_sources(inner_sources)
             continue
 
         parents = _merge_sources(sources.get(n) for n in input_nodes)
+        in_place = node.op != "call_module" and writes_in_place(target)
+        if in_place:
+            written.extend(parents or ())
         is_layer = (not _is_passthrough(node, args)
                     and (isinstance(target, nn.Module) or canonical_op(target) not in BOOKKEEPING_OPS)
                     and bool(tensor_leaves(result)))
         if not is_layer:
             sources[node] = parents
-            continue
-        record = CallRecord(node.name, _module_path(node), target, args, kwargs, result, inputs_with_source)
-        flops = _flops_of_unknown(record, fn, node.op) if kind.name == "unknown" else None
-        layers.append(build_layer(record, classified, flops))
-        sources[node] = (node.name,)
-    return layers
+        else:
+            record = CallRecord(node.name, _module_path(node), target, args, kwargs, result, inputs_with_source)
+            flops = _flops_of_unknown(record, fn, node.op) if kind.name == "unknown" else None
+            layers.append(build_layer(record, classified, flops))
+            sources[node] = (node.name,)
+        if in_place and node.args and isinstance(node.args[0], fx.Node):
+            if is_layer:
+                written.append(node.name)
+            _write_into(node.args[0], sources[node] or (), sources)
+    return layers, outputs, tuple(dict.fromkeys(written))
+
+
+def _write_into(target: fx.Node, written_by: tuple[str, ...], sources: dict) -> None:
+    """After an in-place write into ``target``, its readers (and readers of every tensor it
+    is a view of) also depend on ``written_by``: a buffer filled by ``copy_`` or
+    ``x[i] = y`` then holds data from the writer's inputs, not just its old contents."""
+    node: Any = target
+    while isinstance(node, fx.Node):
+        if sources.get(node) is not None or written_by:
+            sources[node] = tuple(dict.fromkeys((sources.get(node) or ()) + written_by))
+        is_view = node.op in ("call_function", "call_method") and canonical_op(node.target) in VIEW_OPS
+        node = node.args[0] if is_view and node.args else None
 
 
 class MetaLimitation(NotImplementedError):

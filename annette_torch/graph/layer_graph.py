@@ -18,7 +18,8 @@ class Layer:
     ``name`` is unique in its graph; ``parents`` are names of the layers whose outputs it
     reads (graph inputs and parameters are not layers); ``module_path`` is the dotted path
     of the ``nn.Module`` it came from (``""`` for code in the top-level forward);
-    ``op`` says which torch call produced it (a module class or a function name).
+    ``op`` says which torch call produced it (a module class or a function name);
+    ``reads_input``: it reads a graph input directly (so it is never a constant).
     """
 
     name: str
@@ -30,6 +31,7 @@ class Layer:
     attrs: dict[str, Any]
     parents: tuple[str, ...]
     counts: LayerCounts
+    reads_input: bool = False
 
     @property
     def free(self) -> bool:
@@ -41,7 +43,10 @@ class LayerGraph:
     """Layers in a valid execution (topological) order, plus how they were captured.
 
     The graph is treated as immutable after tracing: derived data (the feature matrix,
-    children, kernel tables per mapping) is computed once and cached.
+    children, kernel tables per mapping) is computed once and cached. ``outputs`` names
+    the layers whose results the network returns and ``written`` those an in-place write
+    involves (its inputs, and the write itself when it is a layer): together they decide
+    which layers are :attr:`dead`.
     """
 
     layers: list[Layer]
@@ -49,29 +54,52 @@ class LayerGraph:
     method: str = "fx"
     model_name: str = ""
     parameter_sizes: tuple[int, ...] | None = None   # elements of each trainable parameter (None: unknown)
+    outputs: tuple[str, ...] | None = None    # layers whose results the network returns (None: unknown)
+    written: tuple[str, ...] = ()             # layers an in-place write reads or is (copy_, setitem, add_)
     _cache: dict = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.index = {layer.name: i for i, layer in enumerate(self.layers)}
         if len(self.index) != len(self.layers):
             raise ValueError("layer names in a LayerGraph must be unique")
+        unknown = [name for name in (self.outputs or ()) + tuple(self.written) if name not in self.index]
+        if unknown:
+            raise ValueError(f"LayerGraph outputs/written name layers it does not have: {unknown}")
 
     def __len__(self) -> int:
         return len(self.layers)
 
     @property
+    def dead(self) -> frozenset[str]:
+        """Names of the layers whose results never reach an output: no path leads from
+        them to a returned layer or an in-place write (a NAS cell's branch into a ``none``
+        edge). Empty when the outputs are unknown."""
+        if "dead" not in self._cache:
+            if self.outputs is None:
+                self._cache["dead"] = frozenset()
+            else:
+                live = set(self.outputs) | set(self.written)
+                for layer in reversed(self.layers):
+                    if layer.name in live:
+                        live.update(layer.parents)
+                self._cache["dead"] = frozenset(self.index.keys() - live)
+        return self._cache["dead"]
+
+    @property
     def folded(self) -> frozenset[str]:
-        """Names of the layers a graph compiler removes: those computed from constants
-        only (constant-kind layers such as ``zeros_like``, and every layer all of whose
-        parents are such layers: a conv applied to a NAS cell's zero node), and repeats of
-        a parameter-free layer, the same op with the same attributes on the same inputs
-        (two 3x3 average pools of one tensor are computed once)."""
+        """Names of the layers a graph compiler removes: the :attr:`dead` ones, those
+        computed from constants only (constant-kind layers such as ``zeros_like``, and
+        every layer all of whose parents are such layers: a conv applied to a NAS cell's
+        zero node), and repeats of a parameter-free layer, the same op with the same
+        attributes on the same inputs (two 3x3 average pools of one tensor are computed
+        once)."""
         if "folded" not in self._cache:
             constant: set[str] = set()
             same_as: dict[str, str] = {}        # a repeated layer -> the first one computing it
             first: dict[tuple, str] = {}
             for layer in self.layers:
-                if layer.kind == "constant" or (layer.parents and all(p in constant for p in layer.parents)):
+                if layer.kind == "constant" or (layer.parents and not layer.reads_input
+                                                and all(p in constant for p in layer.parents)):
                     constant.add(layer.name)
                 elif layer.counts.weight_elems == 0 and layer.parents and not layer.free:
                     inputs = tuple(same_as.get(p, p) for p in layer.parents)
@@ -80,7 +108,7 @@ class LayerGraph:
                         same_as[layer.name] = first[key]
                     else:
                         first[key] = layer.name
-            self._cache["folded"] = frozenset(constant | same_as.keys())
+            self._cache["folded"] = frozenset(constant | same_as.keys() | self.dead)
         return self._cache["folded"]
 
     def __iter__(self) -> Iterator[Layer]:

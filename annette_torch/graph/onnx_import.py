@@ -91,9 +91,9 @@ def import_onnx(path_or_model: str | os.PathLike | onnx.ModelProto,
             break  # nothing left to fold: _build_layers names the unknown shape
         model = _infer_shapes(folded, label, overridden=input_shape is not None)
         tensors = _Tensors(model.graph, base_dir, label)
-    layers = _build_layers(model.graph, tensors, label)
+    layers, outputs = _build_layers(model.graph, tensors, label)
     input_shapes = tuple(tensors.shape(value.name, "the graph inputs") for value in inputs)
-    return LayerGraph(layers, input_shapes, method="onnx", model_name=label)
+    return LayerGraph(layers, input_shapes, method="onnx", model_name=label, outputs=outputs)
 
 
 def _load(path_or_model) -> tuple[onnx.ModelProto, str, str]:
@@ -281,8 +281,9 @@ def _evaluate(node: onnx.NodeProto, values: dict[str, np.ndarray], tensors: _Ten
     return {name: result for name, result in zip(node.output, results) if name}
 
 
-def _build_layers(graph: onnx.GraphProto, tensors: _Tensors, label: str) -> list[Layer]:
-    """One layer per node that reads an activation, in graph (topological) order."""
+def _build_layers(graph: onnx.GraphProto, tensors: _Tensors, label: str) -> tuple[list[Layer], tuple[str, ...]]:
+    """One layer per node that reads an activation, in graph (topological) order, and the
+    layers producing the graph's outputs."""
     # activation name -> the layer producing it ("" for a graph input)
     producers = {value.name: "" for value in graph.input if value.name not in _initializer_names(graph)}
     names: set[str] = set()
@@ -291,7 +292,7 @@ def _build_layers(graph: onnx.GraphProto, tensors: _Tensors, label: str) -> list
         name = _unique(node.name or f"{node.op_type}_{index}", names)
         layers.append(_build_layer(node, name, tensors, producers))
         producers.update((output, name) for output in node.output if output)
-    return layers
+    return layers, tuple(dict.fromkeys(producers[v.name] for v in graph.output if producers.get(v.name)))
 
 
 def _unique(name: str, taken: set[str]) -> str:
@@ -309,8 +310,10 @@ def _build_layer(node: onnx.NodeProto, name: str, tensors: _Tensors, producers: 
     in_shapes: list[Shape] = []
     is_weight: list[bool] = []
     parents: list[str] = []
+    reads_input = False
     for position, tensor in enumerate(node.input):
         if tensor in producers:
+            reads_input = reads_input or producers[tensor] == ""
             in_shapes.append(tensors.shape(tensor, where))
             is_weight.append(False)
             if producers[tensor] and producers[tensor] not in parents:
@@ -336,7 +339,7 @@ def _build_layer(node: onnx.NodeProto, name: str, tensors: _Tensors, producers: 
         counts = layer_counts(kind, attrs, in_shapes, out_shapes, is_weight)
     return Layer(name=name, kind=kind.resolve(attrs), op=node.op_type, module_path=node.name,
                  input_shapes=tuple(in_shapes), output_shapes=tuple(out_shapes), attrs=attrs,
-                 parents=tuple(parents), counts=counts)
+                 parents=tuple(parents), counts=counts, reads_input=reads_input)
 
 
 class _NodeView:

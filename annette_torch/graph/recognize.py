@@ -107,4 +107,5 @@ def build_layer(record: CallRecord, classified: tuple[LayerKind, dict] | None = 
         name=record.name, kind=kind.resolve(attrs), op=op_label(record.target),
         module_path=record.module_path, input_shapes=tuple(in_shapes),
         output_shapes=tuple(out_shapes), attrs=attrs, parents=tuple(parents), counts=counts,
+        reads_input=any(src == () for _, src in record.inputs),
     )

@@ -81,10 +81,12 @@ def trace(model: nn.Module, input_shape: ShapeLike | Sequence[ShapeLike] | None 
     if real_device.type == "meta":
         real_device = torch.device("cpu")
 
-    def graph(layers, method: str) -> LayerGraph:
+    def graph(captured, method: str) -> LayerGraph:
+        layers, outputs, written = captured
         shapes = tuple(tuple(t.shape) for t in meta_inputs if isinstance(t, torch.Tensor))
         trainable = tuple(p.numel() for p in model.parameters() if p.requires_grad)
-        return LayerGraph(layers, shapes, method, label, parameter_sizes=trainable)
+        return LayerGraph(layers, shapes, method, label, parameter_sizes=trainable, outputs=outputs,
+                          written=written)
 
     try:
         fx_graph = symbolic_trace(model, leaves, len(meta_inputs))
@@ -109,7 +111,7 @@ def trace(model: nn.Module, input_shape: ShapeLike | Sequence[ShapeLike] | None 
             break
         try:
             inputs = meta_inputs if device == "meta" else _as_inputs(input_shape, example_inputs, device)
-            layers = eager_capture(model, inputs, device, leaves)
+            captured = eager_capture(model, inputs, device, leaves)
         except LayerExecutionError as error:
             failures.append(f"eager run on {device}: {error}")
             if device != "meta" and not _is_meta_limitation(error.original or error):
@@ -118,7 +120,7 @@ def trace(model: nn.Module, input_shape: ShapeLike | Sequence[ShapeLike] | None 
         warnings.warn(f"{label}: torch.fx could not trace it ({first_line(fx_failure, with_type=True)}); captured one "
                       f"eager forward pass instead. The graph follows the path this input took.",
                       stacklevel=2)
-        return graph(layers, f"eager-{'meta' if device == 'meta' else 'real'}")
+        return graph(captured, f"eager-{'meta' if device == 'meta' else 'real'}")
     raise TraceError(
         f"could not capture {label}:\n  - " + "\n  - ".join(failures) +
         "\nWhat you can do: pass the module class that contains the failing call in "

@@ -5,8 +5,9 @@ parents when
 
 * a rule (kernel's current kind, layer kind) exists and its condition holds for
   (kernel's primary layer, this layer),
-* that parent is the kernel's current output and this layer is its only consumer
-  (otherwise the intermediate tensor must be written out anyway).
+* that parent is the kernel's current output and this layer is its only consumer, and
+  the parent is not itself a graph output (otherwise the intermediate tensor must be
+  written out anyway).
 
 A multi-input layer (a residual ``add``) joins, among the parents that qualify, the one
 computed last, as compilers fuse an eltwise op into the later of its producers. Its
@@ -101,6 +102,7 @@ def _map(graph: LayerGraph, rules: tuple[FusionRule, ...], folded: frozenset[str
         by_pair.setdefault((rule.primary, rule.secondary), []).append(rule)
     secondaries = {rule.secondary for rule in rules}
     children = graph.children
+    returned = frozenset(graph.outputs or ())
     feats = graph.features
 
     kernel_of: dict[str, int] = {}
@@ -114,7 +116,8 @@ def _map(graph: LayerGraph, rules: tuple[FusionRule, ...], folded: frozenset[str
             candidates = []
             for parent in layer.parents:
                 k = kernel_of[parent]
-                if graph.layers[members[k][-1]].name != parent or children[parent] != [layer.name]:
+                if graph.layers[members[k][-1]].name != parent or children[parent] != [layer.name] \
+                        or parent in returned:
                     continue
                 primary = graph.layers[members[k][0]]
                 for rule in by_pair.get((kinds[k], layer.kind), ()):

@@ -1,0 +1,150 @@
+"""What reaches the output: dead branches, in-place writes and graph outputs.
+
+A graph compiler (OpenVINO, ONNX Runtime; ONNX export itself) drops layers whose results
+never reach an output, eager torch runs them. An in-place write (``copy_`` into a
+zero-filled buffer, ``x[i] = y``) makes the buffer's readers depend on what was written,
+so the layers after it are real work, not a constant. A layer whose result the network
+returns is written out, so nothing fuses across it.
+"""
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+from annette_torch import Estimator, trace
+
+
+def _quiet_estimator(profile: str) -> Estimator:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return Estimator(profile)
+
+
+class DeadBranch(nn.Module):
+    """Two convs whose result is never used, beside the 1x1 conv the network returns."""
+
+    def __init__(self, with_dead: bool = True) -> None:
+        super().__init__()
+        self.with_dead = with_dead
+        self.a, self.b = nn.Conv2d(16, 16, 3, padding=1), nn.Conv2d(16, 16, 3, padding=1)
+        self.out = nn.Conv2d(16, 16, 1)
+
+    def forward(self, x):
+        if self.with_dead:
+            self.b(torch.relu(self.a(x)))
+        return self.out(x)
+
+
+class DataDependent(DeadBranch):
+    """The same, with control flow on values: FX cannot trace it, eager capture does."""
+
+    def forward(self, x):
+        if x.sum() > -1e30:
+            self.b(torch.relu(self.a(x)))
+        return self.out(x)
+
+
+@pytest.mark.parametrize("model_class", [DeadBranch, DataDependent])
+def test_a_branch_that_reaches_no_output_is_free_on_graph_compilers_and_full_cost_on_eager_torch(model_class):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")                      # the eager-capture notice
+        graph = trace(model_class().eval(), input_shape=(1, 16, 32, 32))
+        lean = trace(DeadBranch(with_dead=False).eval(), input_shape=(1, 16, 32, 32))
+    assert graph.outputs == ("out",) and graph.dead >= {"a", "relu", "b"}     # and the condition's sum, gt
+    compiler, eager = _quiet_estimator("openvino-cpu"), _quiet_estimator("torch-cpu")
+    report = compiler.report(graph)
+    assert report.set_index("kernel").loc[["a", "relu", "b"], "time_ms"].eq(0).all()
+    assert compiler(graph) == pytest.approx(compiler(lean))
+    rows = eager.report(graph)
+    dead = rows[rows["layers"].map(lambda names: set(names.split("+")) <= {"a", "relu", "b", "sum", "gt"})]
+    assert len(dead) >= 2 and (dead["time_ms"] > 0).all()
+    assert eager(graph) == pytest.approx(eager(lean) + dead["time_ms"].sum(), rel=1e-9)
+
+
+class CopyIntoBuffer(nn.Module):
+    """A detection model's batching: the input copied into a zero-filled buffer, then five
+    convs on the buffer."""
+
+    def __init__(self, write: str = "copy_") -> None:
+        super().__init__()
+        self.write = write
+        self.convs = nn.Sequential(*[nn.Conv2d(8, 8, 3, padding=1) for _ in range(5)])
+
+    def forward(self, x):
+        buffer = torch.zeros(1, 8, 64, 64)
+        if self.write == "copy_":
+            buffer[:, :, :32, :32].copy_(x)
+        elif self.write == "setitem":
+            buffer[:, :, :32, :32] = x
+        else:
+            buffer += torch.nn.functional.pad(x, (0, 32, 0, 32))
+        return self.convs(buffer)
+
+
+@pytest.mark.parametrize("write", ["copy_", "setitem", "iadd"])
+def test_layers_reading_a_buffer_written_in_place_are_real_work(write):
+    graph = trace(CopyIntoBuffer(write).eval(), input_shape=(1, 8, 32, 32))
+    direct = trace(CopyIntoBuffer(write).convs.eval(), input_shape=(1, 8, 64, 64))
+    for profile in ("openvino-cpu", "torch-cpu"):
+        estimator = _quiet_estimator(profile)
+        rows = estimator.report(graph)
+        convs = rows[rows["kind"].str.startswith("conv")]
+        assert len(convs) == 5 and (convs["time_ms"] > 0).all(), (profile, rows)
+        assert estimator(graph) >= 0.95 * estimator(direct), profile
+
+
+def test_in_place_writes_followed_by_eager_capture_too():
+    class Eager(CopyIntoBuffer):
+        def forward(self, x):
+            buffer = torch.zeros(1, 8, 64, 64)
+            if x.sum() > -1e30:                               # FX cannot trace this
+                buffer[:, :, :32, :32].copy_(x)
+            return self.convs(buffer)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        graph = trace(Eager().eval(), input_shape=(1, 8, 32, 32))
+    assert graph.method.startswith("eager")
+    assert graph.written and not graph.folded & {layer.name for layer in graph if layer.kind == "conv"}
+
+
+class ReturnsBoth(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(8, 8, 3, padding=1)
+
+    def forward(self, x):
+        y = self.conv(x)
+        return y, torch.relu(y)
+
+
+def test_a_layer_the_network_returns_is_not_fused_into_its_consumer():
+    graph = trace(ReturnsBoth().eval(), input_shape=(1, 8, 16, 16))
+    assert set(graph.outputs) == {"conv", "relu"}
+    report = _quiet_estimator("openvino-cpu").report(graph)
+    assert report["fusion"].tolist() == ["not-fused", "not-fused"]
+
+
+def test_onnx_import_records_the_graph_outputs(tmp_path):
+    from annette_torch.graph import import_onnx
+
+    path = tmp_path / "both.onnx"
+    torch.onnx.export(ReturnsBoth().eval(), (torch.zeros(1, 8, 16, 16),), str(path), dynamo=False)
+    graph = import_onnx(path)
+    assert len(graph.outputs) == 2 and graph.dead == frozenset()
+
+
+def test_an_estimate_that_frees_much_of_a_network_says_so_on_graph_compilers_only():
+    from annette_torch import FreeWorkWarning
+
+    graph = trace(DeadBranch().eval(), input_shape=(1, 16, 32, 32))
+    for profile, warns in (("openvino-cpu", True), ("torch-cpu", False)):
+        estimator = _quiet_estimator(profile)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            estimator(graph)
+        messages = [str(w.message) for w in caught if issubclass(w.category, FreeWorkWarning)]
+        assert bool(messages) == warns, (profile, messages)
+        if warns:
+            assert "% of its operations are costed as free" in messages[0] and "3 layer(s) whose" in messages[0]
