@@ -31,6 +31,11 @@ from .profiles import check_machine
 from .training.optimizers import optimizer_step_ms
 
 DEFAULT_PROFILE = "openvino-cpu"   # OpenVINO CPU, 1 thread, f32: calibrated on this project's machine
+# fits keep the statistical set only when asked (annette_torch.fit.generate, with_statistical)
+_STATISTICAL_HINT = ("; a fit keeps the statistical set only when its model preference reaches it or when asked: "
+                     "refit with `annette-torch fit --data {store} --out DIR --with-statistical` (Python: "
+                     "fit_profile(store, with_statistical=True)); the measurement stores that built the shipped "
+                     "profiles are in the repository's calibration/data")
 
 
 class UnknownKindWarning(UserWarning):
@@ -70,7 +75,9 @@ class Estimator:
         check_machine(self.profile)
         if model_type is not None and model_type not in self.profile.layer_models:
             raise ValueError(f"profile {self.profile.name!r} has no {model_type!r} layer models; "
-                             f"it has: {', '.join(self.profile.model_types())}")
+                             f"it has: {', '.join(self.profile.model_types())}"
+                             + (_STATISTICAL_HINT.format(store=self.profile.fit_metrics.get("store", "STORE"))
+                                if model_type == "statistical" else ""))
         self.model_type = model_type
         self.use_mapping = use_mapping
         self.weights_from_memory = weights_from_memory and self.profile.weight_bandwidth_bytes_s is not None

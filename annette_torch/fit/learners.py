@@ -1,11 +1,11 @@
 """The scikit-learn model types a statistical or mixed layer model is chosen from, and
-their export to the JSON regressors of :mod:`annette_torch.layer_models.regressors`.
+their export to the stored regressors of :mod:`annette_torch.layer_models.regressors`.
 
 Every learner maps :func:`regression_inputs` (log features) to a log time (statistical)
 or a log ratio of measured to refined-roofline time (mixed):
 
 * ``gradient_boosting``: 200 depth-4 trees, each on a random 80% of the rows;
-* ``random_forest``: 60 trees of at most 48 leaves (small enough to store as JSON);
+* ``random_forest``: 60 trees of at most 48 leaves (small enough to ship in a profile);
 * ``ridge``: a linear model on the log features, i.e. a power law in the features.
 
 :func:`choose_learner` picks the one with the lowest cross-validated error on the
@@ -71,7 +71,7 @@ def _export_trees(trees: list, factor: float, base: float) -> TreeEnsemble:
 def fit_learner(name: str, x: np.ndarray, y: np.ndarray, weights: np.ndarray,
                 seed: int = 0) -> TreeEnsemble | LinearRegressor:
     """Fit learner ``name`` on inputs ``x``, targets ``y``, and return it exported, as it
-    reads back from its JSON form (so a saved profile predicts exactly as the fitted one)."""
+    reads back from its stored form (so a saved profile predicts exactly as the fitted one)."""
     return regressor_from_dict(LEARNERS[name](x, y, weights, seed).to_dict())
 
 
