@@ -51,7 +51,9 @@ LEARNERS: dict[str, Callable[[np.ndarray, np.ndarray, np.ndarray, int], TreeEnse
 
 
 def _export_trees(trees: list, factor: float, base: float) -> TreeEnsemble:
-    """scikit-learn trees as one padded :class:`TreeEnsemble`, leaf values times ``factor``."""
+    """scikit-learn trees as one padded :class:`TreeEnsemble`, leaf values times ``factor``;
+    thresholds and values at the 9 significant digits profiles stored them with in version
+    1, so a refit of the same store gives the same, already shipped, models."""
     width = max(t.node_count for t in trees)
     shape = (len(trees), width)
     feature = np.full(shape, -1, dtype=np.intp)
@@ -65,7 +67,11 @@ def _export_trees(trees: list, factor: float, base: float) -> TreeEnsemble:
         left[i, :n], right[i, :n] = t.children_left[:n], t.children_right[:n]
         value[i, :n] = np.where(leaf, t.value[:n, 0, 0] * factor, 0.0)
     depth = max(t.max_depth for t in trees)
-    return TreeEnsemble(base, feature, threshold, left, right, value, depth)
+    return TreeEnsemble(base, feature, _nine_digits(threshold), left, right, _nine_digits(value), depth)
+
+
+def _nine_digits(values: np.ndarray) -> np.ndarray:
+    return np.array([float(f"{v:.9g}") for v in values.ravel()]).reshape(values.shape)
 
 
 def fit_learner(name: str, x: np.ndarray, y: np.ndarray, weights: np.ndarray,
