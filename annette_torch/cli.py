@@ -185,7 +185,8 @@ def cmd_fit(args: argparse.Namespace) -> int:
     for folder in folders:
         print(f"fitting {folder}")
         profile = fit_profile(folder, name=args.name, seed=args.seed, test_share=args.test_share,
-                              first=args.first, sample=args.sample, progress=True)
+                              first=args.first, sample=args.sample, progress=True,
+                              with_statistical=args.with_statistical)
         print(format_report(profile.fit_metrics))
         path = profile.save(Path(args.out) / f"{profile.name}.json")
         print(f"wrote {path}\n")
@@ -271,7 +272,8 @@ def build_parser() -> argparse.ArgumentParser:
     stores.set_defaults(func=cmd_stores)
     fit = sub.add_parser("fit", help="fit a profile (mapping rules, layer models, overhead) to a measurement store")
     fit.add_argument("--data", required=True, help="a store folder, or a folder of stores (one profile each)")
-    fit.add_argument("--out", required=True, help="folder for the profile(s), written as <name>.json")
+    fit.add_argument("--out", required=True,
+                     help="folder for the profile(s), written as <name>.json and its arrays <name>.<digest>.npz")
     fit.add_argument("--name", help="profile name (default: the backend, with -<n>t for more than one thread)")
     fit.add_argument("--seed", type=int, default=0, help="seed of the held-out split and the learners (default 0)")
     fit.add_argument("--test-share", type=float, default=0.2,
@@ -280,6 +282,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="fit on the store's first N benchmarks only (the store as it was; stores are append-only)")
     fit.add_argument("--sample", type=_positive_int,
                      help="fit on N benchmarks drawn at random (seeded by --seed): the learning curve's subsamples")
+    fit.add_argument("--with-statistical", action="store_true",
+                     help="keep the statistical layer models (estimate --model-type statistical); by default they "
+                          "are kept only where the model preference reaches them, which it does not when mixed "
+                          "models cover the same kinds")
     fit.set_defaults(func=cmd_fit)
     adapt = sub.add_parser("adapt", help="adapt a profile to another device from a few measured networks "
                                          "(or from a device descriptor)")

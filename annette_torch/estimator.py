@@ -31,6 +31,11 @@ from .profiles import check_machine
 from .training.optimizers import optimizer_step_ms
 
 DEFAULT_PROFILE = "openvino-cpu"   # OpenVINO CPU, 1 thread, f32: calibrated on this project's machine
+# how to get the statistical set a fit left out (annette_torch.fit.generate.fit_profile)
+_STATISTICAL_HINT = ("; a fit keeps the statistical set only when its model preference reaches it or when asked: "
+                     "refit with `annette-torch fit --data STORE --out DIR --with-statistical` (Python: "
+                     "fit_profile(STORE, with_statistical=True)), STORE the measurement store it was fitted on "
+                     "({store}; the stores that built the shipped profiles are in the repository's calibration/data)")
 
 
 class UnknownKindWarning(UserWarning):
@@ -80,7 +85,9 @@ class Estimator:
         check_machine(self.profile)
         if model_type is not None and model_type not in self.profile.layer_models:
             raise ValueError(f"profile {self.profile.name!r} has no {model_type!r} layer models; "
-                             f"it has: {', '.join(self.profile.model_types())}")
+                             f"it has: {', '.join(self.profile.model_types())}"
+                             + (_STATISTICAL_HINT.format(store=self.profile.fit_metrics.get("store", "not recorded"))
+                                if model_type == "statistical" else ""))
         self.model_type = model_type
         self.use_mapping = use_mapping
         self.weights_from_memory = weights_from_memory and self.profile.weight_bandwidth_bytes_s is not None

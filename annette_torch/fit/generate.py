@@ -1,7 +1,7 @@
 """The model generator: a measurement store in, a fitted profile out.
 
     profile = fit_profile("calibration/data/openvino-cpu-1t-f32-...")
-    profile.save("profiles/openvino-cpu.json")
+    profile.save("profiles/openvino-cpu.json")     # and its arrays, profiles/openvino-cpu.<digest>.npz
     print(format_report(profile.fit_metrics))
 
 Steps (each in its own module):
@@ -41,6 +41,7 @@ again on every benchmark; its ``fit_metrics`` hold the held-out scores and choic
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -252,7 +253,8 @@ TRAINING_NOTE = ("A training profile: each kernel's time is its layer's forward 
 def fit_profile(store_folder: str | os.PathLike, name: str | None = None, seed: int = 0,
                 test_share: float = 0.2, min_time_ms: float = 0.005, max_spread: float = 1.0,
                 min_rows: int = 3, min_learned_rows: int = 20, refit_all: bool = True,
-                first: int | None = None, sample: int | None = None, progress: bool = False) -> Profile:
+                first: int | None = None, sample: int | None = None, progress: bool = False,
+                with_statistical: bool = False) -> Profile:
     """Fit a profile to a measurement store (see the module doc for every step).
 
     ``name`` defaults to the backend (``-<n>t`` added for more than one thread); the
@@ -260,7 +262,9 @@ def fit_profile(store_folder: str | os.PathLike, name: str | None = None, seed: 
     ``first`` fits on the store's first benchmarks only (stores are append-only, so
     this reproduces a fit of the store as it was); ``sample`` fits on that many of them
     drawn at random (seeded by ``seed``), as a campaign cut short by ``--minutes`` would
-    have measured them (campaigns run the sweep in a shuffled order).
+    have measured them (campaigns run the sweep in a shuffled order). The statistical
+    models are fitted and scored always, but kept only ``with_statistical`` or when the
+    model preference reaches them (:func:`without_unreached_statistical`).
     """
     data = load_store(store_folder, first=first, sample=sample, seed=seed, progress=progress)
     if data.networks.empty:
@@ -296,7 +300,24 @@ def fit_profile(store_folder: str | os.PathLike, name: str | None = None, seed: 
                for kind, fit in sorted(final.fits.items())})
     training = _training(store_folder)
     notes = list(NOTES) + ([TRAINING_NOTE] if training else [])
-    return _profile(name, data, final, metrics, notes, training)
+    profile = _profile(name, data, final, metrics, notes, training)
+    return profile if with_statistical else without_unreached_statistical(profile)
+
+
+STATISTICAL_NOTE = ("The statistical layer models were fitted and scored (fit_metrics.held_out) but not kept: the "
+                    "model preference answers every kind they cover with another type. Refit with "
+                    "--with-statistical (fit_profile(..., with_statistical=True)) to keep them.")
+
+
+def without_unreached_statistical(profile: Profile) -> Profile:
+    """``profile`` without its statistical set (and a note saying so) when its model
+    preference answers no kernel kind with it; else ``profile`` itself."""
+    if "statistical" not in profile.layer_models or profile.reaches("statistical"):
+        return profile
+    return dataclasses.replace(
+        profile, layer_models={t: m for t, m in profile.layer_models.items() if t != "statistical"},
+        model_preference=tuple(t for t in profile.model_preference if t != "statistical"),
+        notes=[*profile.notes, STATISTICAL_NOTE])
 
 
 def _cell(value: float) -> str:

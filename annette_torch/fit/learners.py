@@ -1,11 +1,11 @@
 """The scikit-learn model types a statistical or mixed layer model is chosen from, and
-their export to the JSON regressors of :mod:`annette_torch.layer_models.regressors`.
+their export to the stored regressors of :mod:`annette_torch.layer_models.regressors`.
 
 Every learner maps :func:`regression_inputs` (log features) to a log time (statistical)
 or a log ratio of measured to refined-roofline time (mixed):
 
 * ``gradient_boosting``: 200 depth-4 trees, each on a random 80% of the rows;
-* ``random_forest``: 60 trees of at most 48 leaves (small enough to store as JSON);
+* ``random_forest``: 60 trees of at most 48 leaves (small enough to ship in a profile);
 * ``ridge``: a linear model on the log features, i.e. a power law in the features.
 
 :func:`choose_learner` picks the one with the lowest cross-validated error on the
@@ -51,7 +51,9 @@ LEARNERS: dict[str, Callable[[np.ndarray, np.ndarray, np.ndarray, int], TreeEnse
 
 
 def _export_trees(trees: list, factor: float, base: float) -> TreeEnsemble:
-    """scikit-learn trees as one padded :class:`TreeEnsemble`, leaf values times ``factor``."""
+    """scikit-learn trees as one padded :class:`TreeEnsemble`, leaf values times ``factor``;
+    thresholds and values at the 9 significant digits profiles stored them with in version
+    1, so a refit of the same store gives the same, already shipped, models."""
     width = max(t.node_count for t in trees)
     shape = (len(trees), width)
     feature = np.full(shape, -1, dtype=np.intp)
@@ -65,13 +67,17 @@ def _export_trees(trees: list, factor: float, base: float) -> TreeEnsemble:
         left[i, :n], right[i, :n] = t.children_left[:n], t.children_right[:n]
         value[i, :n] = np.where(leaf, t.value[:n, 0, 0] * factor, 0.0)
     depth = max(t.max_depth for t in trees)
-    return TreeEnsemble(base, feature, threshold, left, right, value, depth)
+    return TreeEnsemble(base, feature, _nine_digits(threshold), left, right, _nine_digits(value), depth)
+
+
+def _nine_digits(values: np.ndarray) -> np.ndarray:
+    return np.array([float(f"{v:.9g}") for v in values.ravel()]).reshape(values.shape)
 
 
 def fit_learner(name: str, x: np.ndarray, y: np.ndarray, weights: np.ndarray,
                 seed: int = 0) -> TreeEnsemble | LinearRegressor:
     """Fit learner ``name`` on inputs ``x``, targets ``y``, and return it exported, as it
-    reads back from its JSON form (so a saved profile predicts exactly as the fitted one)."""
+    reads back from its stored form (so a saved profile predicts exactly as the fitted one)."""
     return regressor_from_dict(LEARNERS[name](x, y, weights, seed).to_dict())
 
 
