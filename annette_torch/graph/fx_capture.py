@@ -49,24 +49,26 @@ def symbolic_trace(model: nn.Module, leaf_modules: tuple[type, ...] = (),
         name = "".join(f"_{c.lower()}" if c.isupper() else c for c in type(model).__name__).lstrip("_")
         graph.output(graph.create_node("call_module", "", inputs, name=name or "layer"))
         return graph, model
-    root = detached_copy(model)
+    root = detached_copy(model, clone_buffers=False)    # FX runs no op on them
     return _LayerTracer(leaf_modules).trace(root), root
 
 
-def detached_copy(module: nn.Module, meta: bool = False) -> nn.Module:
+def detached_copy(module: nn.Module, meta: bool = False, clone_buffers: bool = True) -> nn.Module:
     """A shallow copy of ``module`` to run instead of it: with ``meta`` its parameters and
     buffers are meta tensors; otherwise it shares the parameters and holds copies of the
-    buffers, so that running it (batch-norm statistics in train mode, buffers updated in
-    place) leaves ``module`` unchanged. Its plain containers (dicts, lists, sets: a
-    forward's caches) are copies too, so a run that fills them fills only the copy's."""
+    buffers (``clone_buffers=False``: shares them too), so that running it (batch-norm
+    statistics in train mode, buffers updated in place) leaves ``module`` unchanged. Its
+    plain containers (dicts, lists, sets: a forward's caches) are copies too, so a run
+    that fills them fills only the copy's."""
     clone = object.__new__(type(module))
     clone.__dict__ = {k: copy.copy(v) if isinstance(v, (dict, list, set)) else v
                       for k, v in module.__dict__.items()}
     clone._parameters = {k: nn.Parameter(v.to("meta"), v.requires_grad) if meta and v is not None else v
                          for k, v in module._parameters.items()}
-    clone._buffers = {k: None if v is None else v.to("meta") if meta else v.clone()
+    clone._buffers = {k: None if v is None else v.to("meta") if meta else v.clone() if clone_buffers else v
                       for k, v in module._buffers.items()}
-    clone._modules = {k: None if v is None else detached_copy(v, meta) for k, v in module._modules.items()}
+    clone._modules = {k: None if v is None else detached_copy(v, meta, clone_buffers)
+                      for k, v in module._modules.items()}
     return clone
 
 
