@@ -59,9 +59,6 @@ class FreeWorkWarning(UserWarning):
 FREE_OPS_WARNING_SHARE = 0.25
 
 
-CONFIDENCE = ("calibrated", "extrapolated", "unranged", "fallback", "free")
-
-
 @dataclass(frozen=True)
 class KernelTimes:
     """Per-kernel predictions for one graph."""
@@ -72,7 +69,7 @@ class KernelTimes:
     bytes_moved: np.ndarray
     model_type: list[str]    # which layer-model type answered each kernel ("free" for free ones)
     model_entry: list[str]   # which profile entry (kernel kind or "default") answered it
-    confidence: np.ndarray   # one of CONFIDENCE per kernel (see the module docstring)
+    confidence: np.ndarray   # per kernel: calibrated, extrapolated, unranged, fallback or free
     outside: np.ndarray      # bool (kernels x FEATURES): a feature outside its calibrated range
     total_ms: float          # what __call__ returns for the graph: kernels + overhead_ms
 
