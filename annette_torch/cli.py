@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import warnings
 
@@ -55,6 +56,41 @@ def _print_report(report: pd.DataFrame, full: bool) -> None:
     print(f"{len(report)} kernels ({free} free views/identities{' hidden' if not full and free else ''}); "
           f"overhead {report.attrs['overhead_ms']:.3f} ms")
     print(f"total: {report.attrs['total_ms']:.3f} ms  ({report.attrs['model']} on {report.attrs['profile']})")
+    print(confidence_line(report))
+
+
+def confidence_line(report: pd.DataFrame, kinds_shown: int = 4) -> str:
+    """One line on what the estimate of ``report`` vouches for: the kernels (and their share
+    of the kernel time) outside the calibrated range, naming kinds and features, those a
+    fallback answered, and those whose models have no recorded range."""
+    time = report["time_ms"]
+    total = float(time.sum()) or 1.0
+    executed = report["confidence"] != "free"
+
+    def count(mask) -> str:
+        return f"{int(mask.sum())} kernel{'s' if mask.sum() != 1 else ''}"
+
+    parts = []
+    outside = report["confidence"] == "extrapolated"
+    if outside.any():
+        spans: dict[str, dict[str, list[float]]] = {}
+        for kind in time[outside].groupby(report["kind"][outside]).sum().sort_values(ascending=False).index:
+            for text in report.loc[outside & (report["kind"] == kind), "outside_range"]:
+                for feature, value in re.findall(r"(\w+)=(\S+) \(", text):
+                    spans.setdefault(kind, {}).setdefault(feature, []).append(float(value))
+        listed = [f"{kind} ({', '.join(f'{f}={min(v):g}' + (f'..{max(v):g}' if max(v) > min(v) else '') for f, v in features.items())})"
+                  for kind, features in spans.items()]
+        more = ", ..." if len(listed) > kinds_shown else ""
+        parts.append(f"{count(outside)}, {100 * time[outside].sum() / total:.0f} % of the time, outside the "
+                     f"calibrated range: {', '.join(listed[:kinds_shown])}{more}")
+    for label, what in (("fallback", "by fallback"), ("unranged", "by models with no recorded calibrated range")):
+        mask = report["confidence"] == label
+        if mask.any():
+            parts.append(f"{count(mask)} ({100 * time[mask].sum() / total:.0f} %) {what}")
+    if not parts:
+        return f"all {count(executed)} inside their calibrated ranges"
+    inside = report["confidence"] == "calibrated"
+    return "; ".join(parts) + (f"; {count(inside)} inside their calibrated ranges" if inside.any() else "")
 
 
 def cmd_estimate(args: argparse.Namespace) -> int:

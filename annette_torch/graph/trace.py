@@ -89,13 +89,13 @@ def trace(model: nn.Module, input_shape: ShapeLike | Sequence[ShapeLike] | None 
                           written=written)
 
     try:
-        fx_graph = symbolic_trace(model, leaves, len(meta_inputs))
+        fx_graph, fx_root = symbolic_trace(model, leaves, len(meta_inputs))
     except Exception as fx_error:  # noqa: BLE001 - FX failures lead to the eager fallback
         fx_graph = None
         fx_failure = fx_error
     if fx_graph is not None:
         try:
-            return graph(run_graph(fx_graph, model, meta_inputs, "meta"), "fx")
+            return graph(run_graph(fx_graph, fx_root, meta_inputs, "meta"), "fx")
         except LayerExecutionError as error:
             if not _is_meta_limitation(error.original or error):
                 raise
@@ -103,7 +103,7 @@ def trace(model: nn.Module, input_shape: ShapeLike | Sequence[ShapeLike] | None 
             raise TraceError(f"{label}: an op has no meta implementation and the model's weights are "
                              f"on the meta device; build the model on the CPU to trace it")
         real_inputs = _as_inputs(input_shape, example_inputs, str(real_device))
-        return graph(run_graph(fx_graph, model, real_inputs, str(real_device)), "fx-real")
+        return graph(run_graph(fx_graph, fx_root, real_inputs, str(real_device)), "fx-real")
 
     failures = [f"torch.fx: {first_line(fx_failure, with_type=True)}"]
     for device in ("meta", str(real_device)):

@@ -26,9 +26,14 @@ when the profile has tree ensembles, their arrays in a numpy ``.npz`` file besid
       "mapping": [{"primary": "conv", "secondary": "relu", "result": "conv",
                    "condition": [{"layer": "secondary", "attr": "kernel_size",
                                   "op": "==", "value": 2}]}, ...],
+      "counting": {"ops_scale": {"max_pool": 2.0}, "first_input_only": ["concat"]},
+                                                # optional: where the layer models count layers
+                                                # otherwise than annette_torch (mapping.counting)
       "layer_models": {                         # model type -> kernel kind -> parameters
         "roofline": {"default": {...}, "conv": {...}, ...},   # required, with "default"
-        "refined_roofline": {"conv": {...}, ...},
+        "refined_roofline": {"conv": {...,      # an entry may say over which kernel features
+            "range": {"c": [8, 2048], ...}},    # it was calibrated (optional; missing: unknown)
+          ...},
         "mixed": {"conv": {..., "regressor": {..., "threshold": {"array": "layer_models.mixed.conv.regressor.threshold"}}}}
       },
       "model_preference": ["mixed", "refined_roofline", "roofline"],
@@ -76,12 +81,15 @@ import numpy as np
 from ..atomic import atomic_path
 from ..layer_models import LAYER_MODELS, LayerModel, layer_model_from_dict
 from ..layer_models.adapted import Adaptation
-from ..mapping import FusionRule
+from ..kinds import FEATURES
+from ..mapping import Counting, FusionRule
 
 FORMAT = "annette_torch.profile"
 VERSION = 2
 READABLE_VERSIONS = (1, 2)     # 1: tree ensembles inline in the JSON, no arrays file
 FINGERPRINT_FIELDS = ("backend", "device", "runtime_version", "threads", "precision")
+#: a calibrated range: feature -> (lowest, highest) value among the kernels a model was fitted on
+Range = dict[str, tuple[float, float]]
 # an indented JSON list of plain numbers (strings hold no raw newline, so none matches inside one)
 _NUMBER_LIST = re.compile(r"\[\n\s*([-+0-9.eE,\s]+?)\n\s*\]")
 
@@ -110,6 +118,13 @@ class Profile:
     notes: list[str] = field(default_factory=list)
     source: str = ""
     adaptation: Adaptation | None = None    # set for a profile adapted to another device
+    counting: Counting | None = None        # how its layer models count layers (None: as annette_torch)
+    ranges: dict[str, dict[str, Range]] = field(default_factory=dict)  # model type -> entry -> range
+
+    def range_of(self, type_name: str, entry: str) -> Range | None:
+        """The features over which entry ``entry`` of ``type_name`` was calibrated, or None
+        when the profile does not say."""
+        return self.ranges.get(type_name, {}).get(entry)
 
     def model_for(self, kernel_kind: str, model_type: str | None = None) -> tuple[str, str, LayerModel]:
         """(model type, entry, layer model) answering ``kernel_kind``: the first of the
@@ -140,7 +155,8 @@ class Profile:
             "optimizes_graph": self.optimizes_graph,
             **({"training": self.training} if self.training is not None else {}),
             "mapping": [r.to_dict() for r in self.mapping],
-            "layer_models": {t: {k: m.to_dict() for k, m in models.items()}
+            **({"counting": self.counting.to_dict()} if self.counting is not None else {}),
+            "layer_models": {t: {k: m.to_dict() | _range_field(self.range_of(t, k)) for k, m in models.items()}
                              for t, models in self.layer_models.items()},
             "model_preference": list(self.model_preference),
             "fit_metrics": self.fit_metrics, "notes": list(self.notes),
@@ -199,6 +215,7 @@ class Profile:
                 or "default" not in models_data["roofline"]:
             raise fail("layer_models", "expected an object with a 'roofline' set that has a 'default' entry")
         models: dict[str, dict[str, LayerModel]] = {}
+        ranges: dict[str, dict[str, Range]] = {}
         for type_name, entries in models_data.items():
             if type_name not in LAYER_MODELS:
                 raise fail(f"layer_models.{type_name}", f"unknown layer model type (known: {sorted(LAYER_MODELS)})")
@@ -210,6 +227,9 @@ class Profile:
                     models[type_name][kind] = layer_model_from_dict(type_name, entry, f"layer_models.{type_name}.{kind}")
                 except ValueError as error:
                     raise ProfileError(f"profile {source}: field {error}") from None
+                if entry.get("range") is not None:
+                    where = f"layer_models.{type_name}.{kind}.range"
+                    ranges.setdefault(type_name, {})[kind] = _check_range(entry["range"], lambda p: fail(where, p))
         preference = data.get("model_preference", ["roofline"])
         if not isinstance(preference, list) or not all(p in models for p in preference):
             raise fail("model_preference", f"expected a list of model types present in layer_models "
@@ -243,6 +263,12 @@ class Profile:
         training = data.get("training")
         if training is not None:
             _check_training(training, fail)
+        counting = None
+        if data.get("counting") is not None:
+            try:
+                counting = Counting.from_dict(data["counting"])
+            except ValueError as error:
+                raise ProfileError(f"profile {source}: field {error}") from None
         adaptation = None
         if data.get("adaptation") is not None:
             try:
@@ -256,7 +282,29 @@ class Profile:
                    fused_cost_s_per_elem={str(k): float(v) for k, v in fused_costs.items()},
                    optimizes_graph=folds, training=training, description=str(data.get("description", "")),
                    fit_metrics=dict(data.get("fit_metrics") or {}), notes=list(data.get("notes") or []),
-                   source=source, adaptation=adaptation)
+                   source=source, adaptation=adaptation, counting=counting, ranges=ranges)
+
+
+def _range_field(calibrated: Range | None) -> dict:
+    """The ``"range"`` field of a layer-model entry (nothing when unknown)."""
+    return {} if calibrated is None else {"range": {f: [lo, hi] for f, (lo, hi) in calibrated.items()}}
+
+
+def _check_range(data: Any, fail) -> Range:
+    """``data`` as a :data:`Range`; raises ``fail(problem)`` unless it maps kernel features
+    to [low, high] pairs of finite numbers with low <= high."""
+    if not isinstance(data, dict):
+        raise fail(f"expected an object of feature -> [low, high], got {data!r}")
+    checked: Range = {}
+    for feature, bounds in data.items():
+        if feature not in FEATURES:
+            raise fail(f"unknown feature {feature!r} (known: {', '.join(FEATURES)})")
+        if not (isinstance(bounds, list) and len(bounds) == 2 and all(
+                isinstance(b, (int, float)) and not isinstance(b, bool) and math.isfinite(b) for b in bounds)
+                and bounds[0] <= bounds[1]):
+            raise fail(f"{feature}: expected [low, high] with low <= high, got {bounds!r}")
+        checked[feature] = (float(bounds[0]), float(bounds[1]))
+    return checked
 
 
 def _check_training(training: Any, fail) -> None:
