@@ -86,9 +86,10 @@ def _fit_both(log_work: np.ndarray, log_moved: np.ndarray, log_t: np.ndarray,
               sqrt_w: np.ndarray) -> tuple[float, float]:
     """(log peak, log bandwidth) minimising the robust loss: descent from the best grid
     point, then each parameter refitted exactly (:func:`_fit_rate`) to the kernels its
-    bound binds, kept when they stay bound the same way. The solver alone stops where
-    its steps get small, up to 1e-8 away from the minimum, wherever the measurements'
-    last digits lead it; the refit is the minimum itself."""
+    bound binds, kept when they stay bound the same way; when they do not, the minimum
+    is on one kernel's ridge, and the refit is along it. The solver alone stops where its
+    steps get small, up to 1e-8 away from the minimum, wherever the measurements' last
+    digits lead it; the refit is the minimum itself."""
     def terms(params: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return log_work - params[0], log_moved - params[1]
 
@@ -117,8 +118,16 @@ def _fit_both(log_work: np.ndarray, log_moved: np.ndarray, log_t: np.ndarray,
     binds = compute_binds(found)
     exact = np.array([_fit_rate(rate_p[binds], sqrt_w[binds]) if binds.any() else found[0],
                       _fit_rate(rate_b[~binds], sqrt_w[~binds]) if (~binds).any() else found[1]])
-    # the same kernels bound the same way: the loss is the refit's own there, so no higher
-    return tuple(float(v) for v in (exact if np.array_equal(compute_binds(exact), binds) else found))
+    if np.array_equal(compute_binds(exact), binds):     # the refit's loss is the true one there: no higher
+        return float(exact[0]), float(exact[1])
+    # no way of binding is self-consistent: the minimum is on the ridge of the nearest kernel
+    compute, memory = terms(found)
+    nearest = int(np.argmin(np.abs(compute - memory)))
+    ridge = log_work[nearest] - log_moved[nearest]                 # log peak - log bandwidth there
+    log_bandwidth = _fit_rate(np.maximum(log_work - ridge, log_moved) - log_t, sqrt_w)
+    on_ridge = np.array([log_bandwidth + ridge, log_bandwidth])
+    found = on_ridge if loss(on_ridge) <= loss(found) else found
+    return float(found[0]), float(found[1])
 
 
 def as_plain(model: RefinedRoofline) -> Roofline:
