@@ -16,11 +16,11 @@ A tree's split is the one of largest gain, and many gains tie exactly: every fea
 that separates a node's rows the same way (any feature that tells a node's two rows
 apart) gains the same, and which one wins is decided by the rounding of the gain's
 sums. Those splits differ on unseen kernels, so a change in the targets' 15th digit
-(another BLAS code path in the gap or roofline fit) moved held-out MAPE by up to 13
-points. The step, 2**-12 in log time (0.02 % of a kernel's time), is some 500 times
-finer than the stored kernels' median run-to-run spread (10-20 %, p90 - p10 over
-median) and ten million times coarser than that noise, so the learners see the same
-numbers on any machine.
+(as another BLAS code path in the gap or roofline fit makes) moved a kind's held-out
+MAPE by up to 13 points. The step, 2**-12 in log time (0.02 % of a kernel's time), is
+some 500 times finer than the stored kernels' median run-to-run spread (10-20 %, p90 -
+p10 over median) and ten million times coarser than such changes (1e-11 at most), so
+the learners see the same numbers on any machine.
 """
 from __future__ import annotations
 

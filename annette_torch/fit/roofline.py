@@ -3,10 +3,12 @@
 The roofline predicts ``max(ops / peak, bytes / bandwidth)``. Both parameters are
 fitted to the kind's measured kernels by minimising a robust (soft-L1) loss on the log
 of measured over predicted time, weighted per kernel, from the best point of a coarse
-grid around the achieved rates. The Jacobian is the exact one (each kernel's residual
-moves with the bound that binds it) and the solver runs to tight tolerances, so the
-result is a smooth function of the measurements: finite differences straddle the kink
-between the two bounds, and their sign there is decided by the measurements' last digits.
+grid around the achieved rates, with the exact Jacobian (each kernel's residual moves
+with the bound that binds it: finite differences straddle the kink between the two
+bounds, and on it their value is decided by the measurements' last digits), and the
+solver's answer is then made exact (:func:`_fit_both`). So the result is a smooth
+function of the measurements: last-digit noise, such as another BLAS code path
+leaves, moves it by about as much, never to another point.
 
 When every kernel of the kind does the same operations per byte (elementwise kinds:
 ``add``, ``relu``, ... count both as fixed multiples of the elements), compute and
