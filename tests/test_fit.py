@@ -395,9 +395,10 @@ def _roofline_params(profile) -> dict:
 
 
 def test_fit_is_stable_under_last_digit_noise(fitted, quick_store, monkeypatch):
-    """Measured times changed by relative noise of 1e-12 (BLAS code paths differ by less):
-    every held-out figure moves by well under a point (by 1e-9 points in fact), peaks
-    and bandwidths by 1e-10 relative, and unrolling, learners and fusion rules stay."""
+    """Measured times changed by relative noise of 1e-12 (last-digit noise, as other BLAS
+    code paths leave in fitted numbers): every held-out figure moves by well under a
+    point (by under 1e-9 points in fact), peaks and bandwidths by 1e-10 relative, and
+    unrolling, learners and fusion rules stay."""
     held = held_out_summary(fitted[0].fit_metrics)
     fits = []
     for seed in range(3):
