@@ -13,10 +13,9 @@ from __future__ import annotations
 import collections
 import warnings
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 from torch import nn
 
 from .graph import LayerGraph, trace
@@ -29,6 +28,9 @@ from .memory import MemoryEstimate, estimate_memory
 from .profiles import Profile, load_profile
 from .profiles import check_machine
 from .training.optimizers import optimizer_step_ms
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 DEFAULT_PROFILE = "openvino-cpu"   # OpenVINO CPU, 1 thread, f32: calibrated on this project's machine
 
@@ -191,6 +193,8 @@ class Estimator:
 
         ``report.attrs`` holds ``total_ms`` (including ``overhead_ms``) and the profile name.
         """
+        import pandas as pd  # imported on use: estimating needs no pandas
+
         graph = self.graph_of(model, **trace_kwargs)
         times = self.kernel_times(graph)
         table = times.table
