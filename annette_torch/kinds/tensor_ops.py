@@ -9,6 +9,7 @@ inference) and dtype casts (mostly of index tensors, or fused into their consume
 """
 from __future__ import annotations
 
+import torch
 from torch import nn
 
 from .registry import LayerKind, SameShapeKind, default_dims, numel, register_kind
@@ -159,12 +160,31 @@ class Upsample(LayerKind):
 
 @register_kind
 class Embedding(_DataMovement):
+    """Table lookups: the kernel reads its indices and the rows they pick (indices x
+    ``embedding_dim`` weight elements, an upper bound when indices repeat), not the whole
+    table, which only counts as stored weights. ``one_hot`` is a lookup in the identity:
+    no table."""
     name = "embedding"
     modules = (nn.Embedding, nn.EmbeddingBag)
-    ops = ("embedding", "embedding_bag", "one_hot")  # one_hot: a lookup in the identity
+    ops = ("embedding", "embedding_bag", "one_hot")
 
     def attrs_from_module(self, module):
         return {"num_embeddings": module.num_embeddings, "embedding_dim": module.embedding_dim}
+
+    def attrs_from_call(self, args, kwargs):
+        table = args[1] if len(args) > 1 else kwargs.get("weight")   # F.embedding(input, weight)
+        if isinstance(table, torch.Tensor) and table.dim() == 2:
+            return {"num_embeddings": int(table.shape[0]), "embedding_dim": int(table.shape[1])}
+        return {}
+
+    def read_elems(self, attrs, in_shapes, input_elems, weight_elems):
+        if "embedding_dim" not in attrs or not in_shapes:
+            return input_elems, weight_elems
+        rows = numel(in_shapes[0]) * attrs["embedding_dim"]
+        if weight_elems:                    # the table is a parameter
+            return input_elems, min(rows, weight_elems)
+        table = attrs["num_embeddings"] * attrs["embedding_dim"]   # a computed table is an operand
+        return input_elems - table + min(rows, table), 0
 
 
 @register_kind
