@@ -43,7 +43,7 @@ class Permute(_DataMovement):
     name = "permute"
     ops = ("permute", "transpose", "t", "movedim", "contiguous", "roll", "flip",
            "channel_shuffle", "pixel_shuffle", "pixel_unshuffle", "repeat", "tile",
-           "repeat_interleave", "clone")
+           "repeat_interleave", "clone", "copy")   # copy: Tensor.copy_ into another tensor
     onnx_ops = ("Transpose", "DepthToSpace", "SpaceToDepth", "Tile")
 
 
@@ -91,12 +91,13 @@ class Dropout(SameShapeKind, _DataMovement):
 
 @register_kind
 class Constant(_DataMovement):
-    """Tensors created without tensor inputs (arange, zeros, ones, full, ...)."""
+    """Tensors created without tensor inputs (arange, zeros, ones, full, as_tensor of Python numbers, ...)."""
     name = "constant"
     free = True
     ops = ("arange", "zeros", "ones", "full", "empty", "zeros_like", "ones_like", "full_like",
            "empty_like", "new_zeros", "new_ones", "new_full", "new_empty", "tensor", "linspace",
-           "eye", "rand", "randn", "randn_like", "rand_like", "zero", "fill", "normal", "uniform")
+           "eye", "rand", "randn", "randn_like", "rand_like", "zero", "fill", "normal", "uniform",
+           "as_tensor", "scalar_tensor")
     onnx_ops = ("RandomNormalLike", "RandomUniformLike", "EyeLike")
 
 
@@ -156,6 +157,22 @@ class Upsample(LayerKind):
 
     def count_ops(self, attrs, in_shapes, out_shapes):
         return float(numel(out_shapes[0]) * self._TAPS.get(attrs.get("mode", "nearest"), 1))
+
+
+@register_kind
+class GridSample(LayerKind):
+    """Sampling an image at a grid of points (``F.grid_sample``, RAFT's correlation lookup):
+    ops = output elements * taps per output (4 bilinear, 1 nearest, 16 bicubic)."""
+    name = "grid_sample"
+    ops = ("grid_sample",)
+    onnx_ops = ("GridSample",)
+    _TAPS = {"bilinear": 4, "nearest": 1, "bicubic": 16}
+
+    def attrs_from_call(self, args, kwargs):
+        return {"mode": kwargs.get("mode", args[2] if len(args) > 2 else "bilinear")}
+
+    def count_ops(self, attrs, in_shapes, out_shapes):
+        return float(numel(out_shapes[0]) * self._TAPS.get(attrs.get("mode", "bilinear"), 4))
 
 
 @register_kind
