@@ -150,7 +150,7 @@ def _huggingface(name: str, device: str) -> ResolvedModel:
         config, model_class = _hf_config_file(Path(name), transformers)
     else:
         found = getattr(transformers, name, None) if name.isidentifier() else None
-        if isinstance(found, type) and issubclass(found, transformers.PreTrainedConfig):
+        if isinstance(found, type) and issubclass(found, transformers.PretrainedConfig):
             config, model_class = found(), None
         elif isinstance(found, type) and issubclass(found, transformers.PreTrainedModel):
             config, model_class = found.config_class(), found
