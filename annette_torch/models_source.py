@@ -16,10 +16,11 @@ Specs (every model is built with random weights in eval mode; nothing is downloa
 - ``path/to/file.py:function``: ``function()`` returns an ``nn.Module``.
 - ``model.onnx``.
 
-Default inputs: images of the size the model's weights were trained at (224 x 224 unless
-torchvision or timm say otherwise; segmentation 520 x 520; video 16 frames; optical flow
-two 368 x 496 images; detection one image of the size the model resizes to), token ids
-``(1, 128)`` of int64 for text models. :func:`model_inputs` makes them, or other shapes
+Default inputs: images of the size the model is built for or its weights were trained at
+(224 x 224 unless torchvision, timm or the configuration say otherwise; segmentation
+520 x 520; video 16 frames; optical flow two 368 x 496 images; detection one image of the
+size the model resizes to), token ids ``(1, 128)`` of int64 for text models (and as
+``decoder_input_ids`` too for encoder-decoders). :func:`model_inputs` makes them, or other shapes
 and dtypes, into the forward's arguments.
 """
 from __future__ import annotations
@@ -116,7 +117,9 @@ def _torchvision(name: str, device: str) -> ResolvedModel:
         return ResolvedModel(name, model, input_shapes=((1, 3, VIDEO_FRAMES, int(crop[0]), int(crop[-1])),))
     if task == "optical_flow":
         return ResolvedModel(name, model, input_shapes=((1, 3, *FLOW_SIZE),) * 2)
-    return ResolvedModel(name, model, input_shapes=((1, 3, int(crop[0]), int(crop[-1])),))
+    size = getattr(model, "image_size", None)      # a ViT is built for one size, not its best weights' (vit_h_14)
+    shape = (size, size) if isinstance(size, int) else (int(crop[0]), int(crop[-1]))
+    return ResolvedModel(name, model, input_shapes=((1, 3, *shape),))
 
 
 def _timm(name: str, device: str) -> ResolvedModel:
@@ -170,7 +173,7 @@ def _huggingface(name: str, device: str) -> ResolvedModel:
         names = ("input_ids", "decoder_input_ids") if getattr(config, "is_encoder_decoder", False) else ("input_ids",)
         return ResolvedModel(label, model, input_shapes=((1, DEFAULT_SEQ_LEN),) * len(names), input_dtype=torch.int64,
                              input_names=names, token_inputs=True)
-    size, channels = getattr(config, "image_size", None), getattr(config, "num_channels", 3)
+    size, channels = getattr(config, "image_size", 224), getattr(config, "num_channels", 3)
     if main == "pixel_values" and isinstance(size, int):
         return ResolvedModel(label, model, input_shapes=((1, channels, size, size),), input_names=(main,))
     return ResolvedModel(label, model, input_names=(main,))

@@ -67,8 +67,10 @@ def test_a_model_of_every_torchvision_task_traces_offline(name):
 
 def test_default_inputs_follow_the_task():
     shapes = {name: resolve_model(f"torchvision:{name}", device="meta").input_shapes
-              for name in ("inception_v3", "fcn_resnet50", "mvit_v2_s", "raft_large", "fasterrcnn_resnet50_fpn")}
-    assert shapes == {"inception_v3": ((1, 3, 299, 299),), "fcn_resnet50": ((1, 3, 520, 520),),
+              for name in ("inception_v3", "vit_h_14", "fcn_resnet50", "mvit_v2_s", "raft_large",
+                           "fasterrcnn_resnet50_fpn")}
+    assert shapes == {"inception_v3": ((1, 3, 299, 299),), "vit_h_14": ((1, 3, 224, 224),),   # not its weights' 518
+                      "fcn_resnet50": ((1, 3, 520, 520),),
                       "mvit_v2_s": ((1, 3, 16, 224, 224),), "raft_large": ((1, 3, 368, 496),) * 2,
                       "fasterrcnn_resnet50_fpn": ((1, 3, 800, 800),)}
     detector = resolve_model("torchvision:ssdlite320_mobilenet_v3_large", device="meta")
