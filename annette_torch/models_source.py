@@ -86,6 +86,7 @@ def _build(make: Callable[[], nn.Module], device: str) -> nn.Module:
 
 
 def _torchvision(name: str, device: str) -> ResolvedModel:
+    """A torchvision model of any task without weights, and its task's default input."""
     try:
         import torchvision
     except ImportError as error:
@@ -108,7 +109,7 @@ def _torchvision(name: str, device: str) -> ResolvedModel:
         transforms = None
     crop = getattr(transforms, "crop_size", None) or [224]
     if task == "detection":
-        size = int(model.transform.min_size[0])
+        size = int(model.transform.min_size[-1])   # the size it resizes to in eval mode
         return ResolvedModel(name, model, input_shapes=((1, 3, size, size),), image_list=True)
     if task == "segmentation":
         size = int((getattr(transforms, "resize_size", None) or [520])[0])
@@ -123,6 +124,7 @@ def _torchvision(name: str, device: str) -> ResolvedModel:
 
 
 def _timm(name: str, device: str) -> ResolvedModel:
+    """A timm model without pretrained weights, at its pretrained config's input size."""
     if name.split(":", 1)[0] in ("hf-hub", "hf_hub"):
         raise ModelSpecError(f"timm:{name} names a model on the Hugging Face hub, which timm would download; "
                              f"annette_torch builds models offline with random weights: give the architecture's "
@@ -145,6 +147,8 @@ def timm_input_shape(model: nn.Module, batch: int = 1) -> tuple[int, ...]:
 
 
 def _huggingface(name: str, device: str) -> ResolvedModel:
+    """A transformers model from a class name or a local config.json, with random weights,
+    and token ids (text) or images (vision) as its default input."""
     try:
         import transformers
     except ImportError as error:
@@ -159,7 +163,8 @@ def _huggingface(name: str, device: str) -> ResolvedModel:
             config, model_class = found.config_class(), found
         else:
             raise ModelSpecError(f"transformers has no configuration or model class {name!r}: give one such as "
-                                 f"hf:BertConfig or hf:GPT2LMHeadModel, or a local config.json (hf:path/to/config.json)")
+                                 f"hf:BertConfig or hf:GPT2LMHeadModel, or a local config.json "
+                                 f"(hf:path/to/config.json)")
     if getattr(config, "use_pretrained_backbone", False):
         config.use_pretrained_backbone = False   # a timm/torchvision backbone would be downloaded
     try:
@@ -193,8 +198,8 @@ def _hf_config_file(path: Path, transformers: Any) -> tuple[Any, type | None]:
         raise ModelSpecError(f"{file}: 'model_type' is {model_type!r}, which transformers "
                              f"{transformers.__version__} does not know; e.g. bert, gpt2, t5, vit")
     config = mapping[model_type].from_dict(data)
-    architectures = data.get("architectures") or []
-    found = getattr(transformers, architectures[0], None) if architectures and str(architectures[0]).isidentifier() else None
+    architecture = str((data.get("architectures") or [""])[0])
+    found = getattr(transformers, architecture, None) if architecture.isidentifier() else None
     return config, found if isinstance(found, type) and issubclass(found, transformers.PreTrainedModel) else None
 
 
@@ -213,6 +218,7 @@ def _load_function(path: str, function: str) -> Any:
 
 
 def _python_file(path: str, function: str) -> ResolvedModel:
+    """The module ``function()`` of the file ``path`` returns."""
     model = _load_function(path, function)()
     if not isinstance(model, nn.Module):
         raise ModelSpecError(f"{path}:{function}() returned {type(model).__name__}, not an nn.Module")
