@@ -29,6 +29,7 @@ from .atomic import atomic_path
 from .estimator import DEFAULT_PROFILE, Estimator
 from .graph import LayerGraph, TraceError
 from .kinds import PRODUCT_KINDS
+from .memory import MemoryEstimate
 from .models_source import DEFAULT_SEQ_LEN, trace_model
 from .backends import BackendError
 from .calibration.store import StoreError
@@ -141,7 +142,8 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _as_json(report: pd.DataFrame, summary: dict, optimizer_ms: float | None, memory, caught: list) -> dict:
+def _as_json(report: pd.DataFrame, summary: dict, optimizer_ms: float | None, memory: MemoryEstimate | None,
+             caught: list) -> dict:
     """What ``estimate --json`` prints: the totals, the summary, one object per kernel
     (the report's columns) and the warnings."""
     result = {"model": report.attrs["model"], "profile": report.attrs["profile"],
@@ -160,13 +162,13 @@ def _as_json(report: pd.DataFrame, summary: dict, optimizer_ms: float | None, me
     return result
 
 
-def _memory(estimator: Estimator, target, mode: str, optimizer: str):
+def _memory(estimator: Estimator, target: LayerGraph, mode: str, optimizer: str) -> MemoryEstimate:
     """One step's memory estimate for ``estimate --memory MODE``."""
     training = mode == "training" or (mode == "auto" and estimator.profile.training is not None)
     return estimator.memory(target, training=training, optimizer=optimizer)
 
 
-def _print_memory(memory) -> None:
+def _print_memory(memory: MemoryEstimate) -> None:
     """The memory section of ``estimate --memory``: one step's estimated peak and its parts."""
     training, optimizer = memory.training, memory.optimizer
     mib = 2 ** 20
