@@ -25,10 +25,9 @@ from __future__ import annotations
 import collections
 import warnings
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 from torch import nn
 
 from .graph import LayerGraph, trace
@@ -41,6 +40,9 @@ from .memory import MemoryEstimate, estimate_memory
 from .profiles import Profile, load_profile
 from .profiles import check_machine
 from .training.optimizers import optimizer_step_ms
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 DEFAULT_PROFILE = "openvino-cpu"   # OpenVINO CPU, 1 thread, f32: calibrated on this project's machine
 # how to get the statistical set a fit left out (annette_torch.fit.generate.fit_profile)
@@ -236,6 +238,8 @@ class Estimator:
         ``report.attrs`` holds ``total_ms`` (including ``overhead_ms``; equal to what
         ``self(model)`` returns) and the profile name.
         """
+        import pandas as pd  # imported on use: estimating needs no pandas
+
         graph = self.graph_of(model, **trace_kwargs)
         times = self.kernel_times(graph)
         table = times.table

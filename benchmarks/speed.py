@@ -3,14 +3,20 @@ traced graph, per model and profile; the time to load each built-in profile; and
 of the installed package (a benchmark: prints tables, asserts nothing).
 
     python benchmarks/speed.py [--models resnet50,mobilenet_v2,vit_b_16] [--repeats 21] [--load-repeats 5]
+                               [--startup-repeats 5]
 
 Targets (issue 2): estimate of a traced graph <= 1 ms; trace + estimate of resnet50 <= 100 ms.
 Targets (issue 13): loading a built-in profile <= 100 ms; installed package <= 6 MB.
+Target (issue 15): ``annette-torch estimate torchvision:resnet18`` in a fresh process at most
+1.5 s more than ``python -c "import torch, torchvision"``.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -41,12 +47,28 @@ def installed_files(root: Path = ROOT) -> list[Path]:
                   if f.is_file() and "__pycache__" not in f.parts and f.suffix != ".pyc")
 
 
+def startup_s(repeats: int) -> tuple[float, float]:
+    """Median wall time (s) of ``annette-torch estimate torchvision:resnet18`` and of
+    ``python -c "import torch, torchvision"``, each in a fresh process, run alternately."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH"))))}
+    commands = ([sys.executable, "-m", "annette_torch.cli", "estimate", "torchvision:resnet18"],
+                [sys.executable, "-c", "import torch, torchvision"])
+    samples: tuple[list[float], list[float]] = ([], [])
+    for _ in range(repeats):
+        for command, times in zip(commands, samples):
+            start = time.perf_counter()
+            subprocess.run(command, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            times.append(time.perf_counter() - start)
+    return statistics.median(samples[0]), statistics.median(samples[1])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="resnet50,mobilenet_v2,vit_b_16")
     parser.add_argument("--profiles", default="openvino-cpu,ncs2-myriad,zcu102-dpu")
     parser.add_argument("--repeats", type=int, default=21)
     parser.add_argument("--load-repeats", type=int, default=5, help="loads of each built-in profile to time")
+    parser.add_argument("--startup-repeats", type=int, default=5, help="fresh processes per startup command")
     args = parser.parse_args()
     torch.set_num_threads(1)
     print(f"torch {torch.__version__}, threads pinned to 1, {args.repeats} repeats after warm-up; "
@@ -84,6 +106,10 @@ def main() -> None:
     print(f"\ninstalled package (the annette_torch folder, as a wheel installs it): {len(files)} files, "
           f"{sum(f.stat().st_size for f in files) / 1e6:.2f} MB, of which built-in profiles "
           f"{len(profiles)} files, {sum(f.stat().st_size for f in profiles) / 1e6:.2f} MB")
+    cli_s, torch_s = startup_s(args.startup_repeats)
+    print(f"\nstartup (median of {args.startup_repeats} fresh processes each, run alternately): "
+          f"`annette-torch estimate torchvision:resnet18` {cli_s:.2f} s, `python -c \"import torch, torchvision\"` "
+          f"{torch_s:.2f} s: {cli_s - torch_s:+.2f} s (target <= +1.5 s)")
 
 
 if __name__ == "__main__":

@@ -97,6 +97,18 @@ def _is_wrapped_function(target: Any) -> bool:
     return inspect.isfunction(target) and (target.__module__ or "").split(".")[0] != "torch"
 
 
+def _plain(value: Any) -> Any:
+    """``value`` with FX's immutable argument lists and dicts made the plain lists and dicts
+    the traced code passed (torchvision's swin3d ``_get_window_and_shift_size`` writes into them)."""
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if type(value) is tuple:
+        return tuple(_plain(v) for v in value)
+    return value
+
+
 #: ops whose result shares its first argument's storage: a write into it writes there
 VIEW_OPS = frozenset({"getitem", "view", "view_as", "reshape", "narrow", "select", "slice", "permute",
                       "transpose", "t", "unsqueeze", "squeeze", "flatten", "unflatten", "expand",
@@ -185,8 +197,9 @@ def run_graph(graph: fx.Graph, root: nn.Module, inputs: list[torch.Tensor],
         try:
             result = None
             if kind.name == "unknown" and _is_wrapped_function(target):
-                result, inner, inner_sources, inner_written = record_call(fn, args, kwargs, inputs_with_source,
-                                                           node.name, _module_path(node))
+                result, inner, inner_sources, inner_written = record_call(fn, _plain(args), _plain(kwargs),
+                                                                          inputs_with_source, node.name,
+                                                                          _module_path(node))
             elif meta:
                 tensors = tensor_leaves((args, kwargs))
                 if tensors and all(t.device.type == "meta" for t in tensors):
