@@ -23,6 +23,7 @@ Each kernel of a report says what its estimate can vouch for (``confidence``):
 from __future__ import annotations
 
 import collections
+import math
 import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -50,6 +51,11 @@ _STATISTICAL_HINT = ("; a fit keeps the statistical set only when its model pref
                      "refit with `annette-torch fit --data STORE --out DIR --with-statistical` (Python: "
                      "fit_profile(STORE, with_statistical=True)), STORE the measurement store it was fitted on "
                      "({store}; the stores that built the shipped profiles are in the repository's calibration/data)")
+
+
+class EstimateError(ValueError):
+    """A profile entry gave a kernel a NaN, infinite or negative time: the message names
+    the kernel, the profile entry and its file."""
 
 
 class UnknownKindWarning(UserWarning):
@@ -193,7 +199,7 @@ class Estimator:
         for kind, rows, feats, model in groups:
             type_name, entry, _ = self.layer_model(kind)
             seconds, compute = model.predict(feats)
-            total_s += float(seconds.sum())
+            total_s += self._checked_sum(graph, table, kind, rows, seconds)
             time_ms[rows], bound[rows], moved[rows] = seconds * 1e3, compute, model.bytes_moved(feats)
             confidence[rows], outside[rows] = self._confidence(type_name, entry, feats)
             for r in rows:
@@ -223,11 +229,30 @@ class Estimator:
         answers which rows are worked out once (:meth:`plan`); a call is one prediction
         per kernel kind.
         """
-        _, groups = self.plan(self.graph_of(model, **trace_kwargs))
+        graph = self.graph_of(model, **trace_kwargs)
+        table, groups = self.plan(graph)
         seconds = 0.0
-        for _, _, features, layer_model in groups:
-            seconds += float(layer_model.predict(features)[0].sum())
+        for kind, rows, features, layer_model in groups:
+            seconds += self._checked_sum(graph, table, kind, rows, layer_model.predict(features)[0])
         return seconds * 1e3 + self.profile.overhead_ms
+
+    def _checked_sum(self, graph: LayerGraph, table: KernelTable, kind: str, rows: np.ndarray,
+                     seconds: np.ndarray) -> float:
+        """The sum of the kernel times ``seconds`` (of ``rows`` of ``table``, all of kind
+        ``kind``); :class:`EstimateError` naming the first kernel whose time is NaN,
+        infinite or negative and the profile entry that answered it."""
+        total = float(seconds.sum())
+        if math.isfinite(total) and (seconds >= 0).all():
+            return total
+        flagged = np.flatnonzero(~(np.isfinite(seconds) & (seconds >= 0)))
+        bad = int(flagged[0]) if len(flagged) else int(np.argmax(seconds))    # else: finite times, an infinite sum
+        type_name, entry, _ = self.layer_model(kind)
+        where = f" ({self.profile.source})" if self.profile.source else ""
+        raise EstimateError(
+            f"{graph.model_name or 'the model'}: kernel '{table.names[rows[bad]]}' ({kind}) was estimated at "
+            f"{float(seconds[bad]) * 1e3:g} ms by profile {self.profile.name!r}{where}, entry "
+            f"layer_models.{type_name}.{entry}: its parameters give this kernel no finite, non-negative time "
+            f"(too small a peak or bandwidth, an overflowing regressor); fix or refit the profile")
 
     estimate = __call__
 
@@ -287,7 +312,11 @@ class Estimator:
         such a profile) plus :meth:`optimizer_step` over the trainable parameters.
         ``optimizer``: one the profile has terms for ("sgd", "momentum", "adam")."""
         graph = self.graph_of(model, **trace_kwargs)
-        return self(graph) + self.optimizer_step(graph, optimizer)
+        step = self.optimizer_step(graph, optimizer)
+        if not (math.isfinite(step) and step >= 0):
+            raise EstimateError(f"{graph.model_name or 'the model'}: the optimizer step of {optimizer!r} was estimated "
+                                f"at {step:g} ms by profile {self.profile.name!r}, field training.optimizer_step")
+        return self(graph) + step
 
     def optimizer_step(self, model: nn.Module | LayerGraph, optimizer: str = "sgd", **trace_kwargs: Any) -> float:
         """Estimated time of ``optimizer.step()`` over the model's trainable parameters, in ms."""

@@ -15,16 +15,17 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from ..kinds import canonical_op
-from .errors import LayerExecutionError, first_line
+from .errors import REAL_RUN_MAX_BYTES, HeldTensors, LayerExecutionError, RealRunTooLarge, first_line
 from .fx_capture import detached_copy, writes_in_place
 from .layer_graph import Layer
 from .recognize import BOOKKEEPING_OPS, CallRecord, build_layer, is_leaf_module, tensor_leaves
 
 
 class _Recorder(TorchFunctionMode):
-    def __init__(self, weights: set[int], prefix: str = "") -> None:
+    def __init__(self, weights: set[int], prefix: str = "", held: HeldTensors | None = None) -> None:
         super().__init__()
         self.weights = weights
+        self.held = held or HeldTensors()  # counts what the run keeps alive
         self.prefix = prefix  # names layers "prefix" + op instead of "module.path.op"
         self.sources: dict[int, tuple[str, ...]] = {}
         self.alive: list[Any] = []  # keeps recorded tensors alive so ids stay unique
@@ -60,6 +61,7 @@ class _Recorder(TorchFunctionMode):
         for t in tensor_leaves(output):
             self.sources[id(t)] = (layer.name,)
             self.alive.append(t)
+        self.held.add(output, f"layer '{layer.name}'")
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -114,12 +116,16 @@ def eager_capture(model: nn.Module, inputs: list[torch.Tensor], device: str,
     the layers, those whose results it returns and those in-place writes involve.
 
     With ``device="meta"`` the run uses a meta copy of the model; otherwise a copy that
-    shares its parameters (and has its own buffers) runs under ``torch.no_grad()``.
+    shares its parameters (and has its own buffers) runs under ``torch.no_grad()``, and
+    :class:`RealRunTooLarge` stops it once what it keeps alive passes the limit. A
+    failure raises :class:`LayerExecutionError` with the bytes the run held by then.
     """
     runner = detached_copy(model, meta=device == "meta")  # the user's buffers stay as they are
     names = {id(m): name for name, m in runner.named_modules()}
     weights = {id(t) for t in list(runner.parameters()) + list(runner.buffers())}
-    recorder = _Recorder(weights)
+    held = HeldTensors(None if device == "meta" else REAL_RUN_MAX_BYTES)
+    held.add(inputs, "the inputs")
+    recorder = _Recorder(weights, held=held)
 
     def is_leaf(module: nn.Module) -> bool:
         return isinstance(module, leaf_modules) or is_leaf_module(module)
@@ -147,13 +153,15 @@ def eager_capture(model: nn.Module, inputs: list[torch.Tensor], device: str,
     try:
         with torch.no_grad(), recorder:
             result = runner(*inputs)
+    except RealRunTooLarge:
+        raise
     except Exception as error:  # noqa: BLE001 - re-raised naming the last good layer
         last = recorder.layers[-1].name if recorder.layers else "the model's input"
         where = recorder.stack[-1] if recorder.stack else type(model).__name__
-        raise LayerExecutionError(
-            f"running module '{where}' failed after layer '{last}': "
-            f"{first_line(error)}",
-            layer=where, original=error) from error
+        failure = LayerExecutionError(f"running module '{where}' failed after layer '{last}': {first_line(error)}",
+                                      layer=where, original=error)
+        failure.held_bytes = held.bytes
+        raise failure from error
     finally:
         for handle in handles:
             handle.remove()

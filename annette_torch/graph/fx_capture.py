@@ -20,7 +20,7 @@ from torch import fx, nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from ..kinds import canonical_op
-from .errors import LayerExecutionError
+from .errors import REAL_RUN_MAX_BYTES, HeldTensors, LayerExecutionError
 from .layer_graph import Layer
 from .recognize import BOOKKEEPING_OPS, CallRecord, build_layer, classify, is_leaf_module, tensor_leaves
 
@@ -49,25 +49,28 @@ def symbolic_trace(model: nn.Module, leaf_modules: tuple[type, ...] = (),
         name = "".join(f"_{c.lower()}" if c.isupper() else c for c in type(model).__name__).lstrip("_")
         graph.output(graph.create_node("call_module", "", inputs, name=name or "layer"))
         return graph, model
-    root = detached_copy(model, clone_buffers=False)    # FX runs no op on them
+    # FX runs the Python code of the modules it traces into (a forward's `self.seen.add_(1)`
+    # runs on the copy's own buffer), never that of leaf modules: those share their buffers
+    root = detached_copy(model, share_leaf_buffers=True)
     return _LayerTracer(leaf_modules).trace(root), root
 
 
-def detached_copy(module: nn.Module, meta: bool = False, clone_buffers: bool = True) -> nn.Module:
+def detached_copy(module: nn.Module, meta: bool = False, share_leaf_buffers: bool = False) -> nn.Module:
     """A shallow copy of ``module`` to run instead of it: with ``meta`` its parameters and
     buffers are meta tensors; otherwise it shares the parameters and holds copies of the
-    buffers (``clone_buffers=False``: shares them too), so that running it (batch-norm
-    statistics in train mode, buffers updated in place) leaves ``module`` unchanged. Its
-    plain containers (dicts, lists, sets: a forward's caches) are copies too, so a run
-    that fills them fills only the copy's."""
+    buffers (with ``share_leaf_buffers``, leaf modules such as batch norms share theirs),
+    so that running it (batch-norm statistics in train mode, buffers updated in place)
+    leaves ``module`` unchanged. Its plain containers (dicts, lists, sets: a forward's
+    caches) are copies too, so a run that fills them fills only the copy's."""
     clone = object.__new__(type(module))
     clone.__dict__ = {k: copy.copy(v) if isinstance(v, (dict, list, set)) else v
                       for k, v in module.__dict__.items()}
     clone._parameters = {k: nn.Parameter(v.to("meta"), v.requires_grad) if meta and v is not None else v
                          for k, v in module._parameters.items()}
-    clone._buffers = {k: None if v is None else v.to("meta") if meta else v.clone() if clone_buffers else v
+    shared = share_leaf_buffers and is_leaf_module(module)
+    clone._buffers = {k: None if v is None else v.to("meta") if meta else v if shared else v.clone()
                       for k, v in module._buffers.items()}
-    clone._modules = {k: None if v is None else detached_copy(v, meta, clone_buffers)
+    clone._modules = {k: None if v is None else detached_copy(v, meta, share_leaf_buffers)
                       for k, v in module._modules.items()}
     return clone
 
@@ -134,11 +137,15 @@ def run_graph(graph: fx.Graph, root: nn.Module, inputs: list[torch.Tensor],
     layers, the layers whose results the graph returns, and those an in-place write
     involves (see :attr:`LayerGraph.written`).
 
-    Raises :class:`LayerExecutionError` naming the first node that fails.
+    Raises :class:`LayerExecutionError` naming the first node that fails (with the bytes
+    the run held by then), and on a real device :class:`RealRunTooLarge` once the inputs
+    and results it holds pass the limit.
     """
     from .eager_capture import record_call  # eager_capture imports this module
 
     meta = device == "meta"
+    held = HeldTensors(None if meta else REAL_RUN_MAX_BYTES)
+    held.add(inputs, "the inputs")
     if not meta:  # run a copy: the user's buffers (batch-norm statistics) stay as they are
         root = detached_copy(root)
     env: dict[fx.Node, Any] = {}
@@ -210,8 +217,11 @@ def run_graph(graph: fx.Graph, root: nn.Module, inputs: list[torch.Tensor],
         except Exception as error:  # noqa: BLE001 - re-raised with the layer named
             if meta:
                 error = _explain_meta_failure(node, root, args, kwargs, error)
-            raise LayerExecutionError.at(node.name, _module_path(node), target, args, kwargs, error) from error
+            failure = LayerExecutionError.at(node.name, _module_path(node), target, args, kwargs, error)
+            failure.held_bytes = held.bytes
+            raise failure from error
         env[node] = result
+        held.add(result, f"layer '{node.name}'")
         if inner is not None:
             layers.extend(inner)
             written.extend(inner_written)
@@ -261,6 +271,9 @@ def _explain_meta_failure(node: fx.Node, root: nn.Module, args: tuple, kwargs: d
     the meta kernel's; if it succeeds, the failure was a meta limitation."""
     module = root.get_submodule(node.target) if node.op == "call_module" else root
     device = next((t.device for t in list(module.parameters()) + list(module.buffers())), torch.device("cpu"))
+    size = sum(t.numel() * t.element_size() for t in tensor_leaves((args, kwargs)))
+    if size > REAL_RUN_MAX_BYTES:       # too large to try for real: let the fallback's memory limit speak
+        return MetaLimitation(f"{type(error).__name__} on meta tensors: {error}")
 
     def real(value: Any) -> Any:
         if isinstance(value, torch.Tensor) and value.device.type == "meta":

@@ -13,6 +13,7 @@ works, :class:`TraceError` names the module, the failing call and what to do.
 """
 from __future__ import annotations
 
+import inspect
 import operator
 import warnings
 from typing import Sequence
@@ -22,7 +23,7 @@ from torch import nn
 from torch.utils._pytree import tree_leaves, tree_map_only
 
 from .eager_capture import eager_capture
-from .errors import LayerExecutionError, TraceError, first_line
+from .errors import LayerExecutionError, RealRunTooLarge, TraceError, check_real_run, first_line
 from .fx_capture import run_graph, symbolic_trace
 from .layer_graph import LayerGraph
 
@@ -30,6 +31,9 @@ ShapeLike = Sequence[int]
 
 
 def _as_inputs(input_shape, example_inputs, device: str) -> list[torch.Tensor]:
+    if example_inputs is not None and input_shape is not None:
+        raise ValueError("trace() takes input_shape= or example_inputs=, not both: the example inputs fix the "
+                         "shapes (drop input_shape)")
     if example_inputs is not None:
         if isinstance(example_inputs, torch.Tensor):
             example_inputs = (example_inputs,)
@@ -46,12 +50,12 @@ def _as_inputs(input_shape, example_inputs, device: str) -> list[torch.Tensor]:
 
 
 def _shape(shape) -> tuple[int, ...]:
-    """A tuple of positive ints (numpy and torch integers are fine), else ValueError."""
+    """A tuple of positive ints (numpy and torch integers are fine; bools are not), else ValueError."""
     try:
-        dims = tuple(operator.index(d) for d in shape)
+        dims = tuple(operator.index(d) for d in shape if not isinstance(d, bool))
     except TypeError:
         dims = ()
-    if not dims or any(isinstance(d, bool) or d <= 0 for d in dims):
+    if not dims or len(dims) != len(shape) or any(d <= 0 for d in dims):
         raise ValueError(f"input_shape must hold positive integers, got {tuple(shape) if isinstance(shape, (tuple, list)) else shape!r}")
     return dims
 
@@ -80,6 +84,7 @@ def trace(model: nn.Module, input_shape: ShapeLike | Sequence[ShapeLike] | None 
         raise TypeError(f"leaf_modules takes nn.Module classes, got {leaf_modules!r}")
     label = name or type(model).__name__
     meta_inputs = _as_inputs(input_shape, example_inputs, "meta")
+    _check_input_count(model, meta_inputs, label)
     real_device = next((p.device for p in model.parameters()), torch.device("cpu"))
     if real_device.type == "meta":
         real_device = torch.device("cpu")
@@ -102,20 +107,32 @@ def trace(model: nn.Module, input_shape: ShapeLike | Sequence[ShapeLike] | None 
         except LayerExecutionError as error:
             if not _is_meta_limitation(error.original or error):
                 raise
+            meta_held = error.held_bytes
         if _model_on_meta(model):
             raise TraceError(f"{label}: an op has no meta implementation and the model's weights are "
                              f"on the meta device; build the model on the CPU to trace it")
-        real_inputs = _as_inputs(input_shape, example_inputs, str(real_device))
-        return graph(run_graph(fx_graph, fx_root, real_inputs, str(real_device)), "fx-real")
+        try:
+            check_real_run(meta_inputs, meta_held)
+            real_inputs = _as_inputs(input_shape, example_inputs, str(real_device))
+            return graph(run_graph(fx_graph, fx_root, real_inputs, str(real_device)), "fx-real")
+        except RealRunTooLarge as error:
+            raise RealRunTooLarge(f"{label}: {error}") from None
 
     failures = [f"torch.fx: {first_line(fx_failure, with_type=True)}"]
+    meta_held = 0
     for device in ("meta", str(real_device)):
         if device != "meta" and _model_on_meta(model):
             break
         try:
+            if device != "meta":
+                check_real_run(meta_inputs, meta_held)
             inputs = meta_inputs if device == "meta" else _as_inputs(input_shape, example_inputs, device)
             captured = eager_capture(model, inputs, device, leaves)
+        except RealRunTooLarge as error:
+            raise RealRunTooLarge(f"{label}: torch.fx could not trace it ({first_line(fx_failure, with_type=True)}) "
+                                  f"and {error}") from None
         except LayerExecutionError as error:
+            meta_held = error.held_bytes
             failures.append(f"eager run on {device}: {error}")
             if device != "meta" and not _is_meta_limitation(error.original or error):
                 break
@@ -130,6 +147,20 @@ def trace(model: nn.Module, input_shape: ShapeLike | Sequence[ShapeLike] | None 
         "leaf_modules=(MyBlock,) so it is recorded whole (it is then estimated with the roofline "
         "fallback), give example_inputs= of the right dtype and shape, or make the call traceable "
         "(torch.fx.wrap for free functions).")
+
+
+def _check_input_count(model: nn.Module, inputs: list, label: str) -> None:
+    """``ValueError`` when ``model``'s forward takes fewer positional inputs than given."""
+    try:
+        parameters = list(inspect.signature(model.forward).parameters.values())
+    except (TypeError, ValueError):       # a builtin or C forward: nothing to check against
+        return
+    if any(p.kind is p.VAR_POSITIONAL for p in parameters):
+        return
+    positional = [p.name for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if len(inputs) > len(positional):
+        raise ValueError(f"{label}: its forward takes {len(positional)} input(s) ({', '.join(positional) or 'none'}), "
+                         f"but {len(inputs)} were given; give one shape (or example input) per input")
 
 
 def _model_on_meta(model: nn.Module) -> bool:

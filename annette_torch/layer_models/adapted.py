@@ -39,6 +39,7 @@ the defaults change nothing; the rest is provenance)::
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,6 +75,14 @@ class Adaptation:
     fit: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        """Validate; a ``ValueError`` names the field as ``adaptation.<field>``."""
+        for name in PARAMETERS:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+                raise ValueError(f"'adaptation.{name}': expected a finite number, got {value!r}")
+            if name != "per_kernel_ms" and value <= 0:
+                raise ValueError(f"'adaptation.{name}': must be positive, got {value!r}")
+            object.__setattr__(self, name, float(value))
         if self.fusion not in FUSIONS:
             raise ValueError(f"'adaptation.fusion': expected one of {', '.join(FUSIONS)}, got {self.fusion!r}")
         if not isinstance(self.optimizes_graph, (bool, type(None))):
@@ -123,14 +132,7 @@ class Adaptation:
         unknown = sorted(set(data) - set(cls.__dataclass_fields__))
         if unknown:
             raise fail(unknown[0], f"unknown field (known: {', '.join(cls.__dataclass_fields__)})")
-        numbers = {}
-        for name in PARAMETERS:
-            value = data.get(name, 0.0 if name == "per_kernel_ms" else 1.0)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                raise fail(name, f"expected a finite number, got {value!r}")
-            if name != "per_kernel_ms" and value <= 0:
-                raise fail(name, f"must be positive, got {value!r}")
-            numbers[name] = float(value)
+        parameters = {name: data[name] for name in PARAMETERS if name in data}
         method = data.get("method", "few-shot")
         if method not in METHODS:
             raise fail("method", f"expected one of {', '.join(METHODS)}, got {method!r}")
@@ -154,7 +156,7 @@ class Adaptation:
             raise fail("source", f"expected a string, got {data['source']!r}")
         if not isinstance(data.get("fit", {}), dict):
             raise fail("fit", f"expected an object, got {data['fit']!r}")
-        return cls(**numbers, fusion=fusion, optimizes_graph=folds, method=method, source=data.get("source", ""),
+        return cls(**parameters, fusion=fusion, optimizes_graph=folds, method=method, source=data.get("source", ""),
                    terms=tuple(data.get("terms", [])),
                    samples=samples, seed=seed, reference_networks=tuple(data.get("reference_networks", [])),
                    fit=dict(data.get("fit", {})))

@@ -42,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from ..validation import integer, number
 from .base import COLUMN
 
 #: Channel dimensions and block widths whose utilisation is a regression input: CPU
@@ -65,7 +66,7 @@ def regression_inputs(features: Any, xp: Any = np) -> Any:
 
 
 def _check_inputs(data: dict) -> None:
-    if list(data["inputs"]) != list(REGRESSION_INPUTS):
+    if not isinstance(data.get("inputs"), list) or data["inputs"] != list(REGRESSION_INPUTS):
         raise ValueError(f"regressor inputs {data['inputs']} differ from this version's {list(REGRESSION_INPUTS)}")
 
 
@@ -151,7 +152,7 @@ class TreeEnsemble:
         if not (np.isfinite(threshold).all() and np.isfinite(value).all()):
             raise ValueError("'threshold' and 'value' must be finite numbers")
         depth = _tree_depths(nodes, inner, left.astype(np.intp), right.astype(np.intp))
-        if int(data["depth"]) != depth:
+        if integer(data["depth"], "depth", 0) != depth:
             raise ValueError(f"stored depth {data['depth']} differs from the trees' depth {depth}")
         used = np.arange(nodes.max()) < nodes[:, None]
         padded = {}
@@ -163,7 +164,7 @@ class TreeEnsemble:
             flat[where] = values
             padded[name] = np.full(used.shape, fill, dtype=dtype)
             padded[name][used] = flat
-        return cls(float(data["base"]), padded["feature"], padded["threshold"], padded["left"], padded["right"],
+        return cls(number(data["base"], "base"), padded["feature"], padded["threshold"], padded["left"], padded["right"],
                    padded["value"], depth)
 
 
@@ -171,7 +172,7 @@ def _array(data: dict, name: str, kinds: str) -> np.ndarray:
     """``data[name]`` as a 1-D numpy array whose dtype kind is one of ``kinds``."""
     array = np.asarray(data[name])
     if array.ndim != 1 or array.dtype.kind not in kinds:
-        wanted = "floating-point" if kinds == "f" else "integer"
+        wanted = {"f": "floating-point", "iu": "integer"}.get(kinds, "plain")
         raise ValueError(f"'{name}' must be a 1-D array of {wanted} numbers, got {array.dtype} of shape {array.shape}")
     return array
 
@@ -250,10 +251,10 @@ class LinearRegressor:
     @classmethod
     def from_dict(cls, data: dict) -> LinearRegressor:
         _check_inputs(data)
-        coef = np.asarray(data["coef"], dtype=np.float64)
+        coef = _array(data, "coef", "iuf").astype(np.float64)
         if coef.shape != (len(REGRESSION_INPUTS),) or not np.isfinite(coef).all():
             raise ValueError(f"coef must be {len(REGRESSION_INPUTS)} finite numbers")
-        return cls(coef, float(data["intercept"]))
+        return cls(coef, number(data["intercept"], "intercept"))
 
 
 REGRESSOR_TYPES = {"trees": TreeEnsemble, "linear": LinearRegressor}

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from ..validation import boolean, integer, number
 from .base import COLUMN, LayerModel, register_layer_model
 
 UNROLL_DIMS = ("h", "w", "c", "f")
@@ -47,8 +48,11 @@ class Roofline(LayerModel):
     bit_weights: int = 32
 
     def __post_init__(self) -> None:
-        if not (self.peak_ops_s > 0 and self.bandwidth_bytes_s > 0):
-            raise ValueError("peak_ops_s and bandwidth_bytes_s must be positive")
+        """Validate (a :class:`~annette_torch.validation.DataError` names the parameter)."""
+        self.peak_ops_s = number(self.peak_ops_s, "peak_ops_s", low=0, low_open=True)
+        self.bandwidth_bytes_s = number(self.bandwidth_bytes_s, "bandwidth_bytes_s", low=0, low_open=True)
+        self.bit_act = integer(self.bit_act, "bit_act", 1, 64)
+        self.bit_weights = integer(self.bit_weights, "bit_weights", 1, 64)
 
     def bytes_moved(self, features):
         return ((features[:, COLUMN["input_elems"]] + features[:, COLUMN["output_elems"]]) * self.bit_act
@@ -69,8 +73,7 @@ class Roofline(LayerModel):
 
     @classmethod
     def from_dict(cls, data):
-        return cls(float(data["peak_ops_s"]), float(data["bandwidth_bytes_s"]),
-                   int(data.get("bit_act", 32)), int(data.get("bit_weights", 32)))
+        return cls(data["peak_ops_s"], data["bandwidth_bytes_s"], data.get("bit_act", 32), data.get("bit_weights", 32))
 
 
 @register_layer_model
@@ -84,11 +87,14 @@ class RefinedRoofline(Roofline):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if not isinstance(self.unroll, dict) or not all(isinstance(p, dict) for p in self.unroll.values()):
+            raise ValueError(f"unroll: expected an object of dimension -> {{par, alpha}}, got {self.unroll!r}")
         for dim, p in self.unroll.items():
             if dim not in UNROLL_DIMS:
                 raise ValueError(f"unroll dimension must be one of {UNROLL_DIMS}, got {dim!r}")
-            if not (p["par"] >= 1 and 0.0 <= p["alpha"] <= 1.0):
-                raise ValueError(f"unroll[{dim!r}] needs par >= 1 and 0 <= alpha <= 1, got {p}")
+            p.update(par=number(p.get("par"), f"unroll.{dim}.par", low=1),
+                     alpha=number(p.get("alpha"), f"unroll.{dim}.alpha", low=0, high=1))
+        self.replicate = boolean(self.replicate, "replicate")
 
     def efficiency(self, features, xp=np):
         """Product over unrolled dimensions of the alpha-softened utilisation."""
@@ -112,9 +118,8 @@ class RefinedRoofline(Roofline):
     @classmethod
     def from_dict(cls, data):
         base = Roofline.from_dict(data)
-        unroll = {str(d): {"par": float(p["par"]), "alpha": float(p["alpha"])}
-                  for d, p in (data.get("unroll") or {}).items()}
-        replicate = data.get("replicate", False)
-        if not isinstance(replicate, bool):
-            raise ValueError(f"replicate must be true or false, got {replicate!r}")
-        return cls(base.peak_ops_s, base.bandwidth_bytes_s, base.bit_act, base.bit_weights, unroll, replicate)
+        unroll = data.get("unroll") or {}
+        if isinstance(unroll, dict):
+            unroll = {str(d): dict(p) if isinstance(p, dict) else p for d, p in unroll.items()}
+        return cls(base.peak_ops_s, base.bandwidth_bytes_s, base.bit_act, base.bit_weights, unroll,
+                   data.get("replicate", False))

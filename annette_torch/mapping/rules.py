@@ -7,6 +7,7 @@ evaluated with a fixed set of comparison operators; nothing in a rule is execute
 """
 from __future__ import annotations
 
+import math
 import operator
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,12 +30,24 @@ class Clause:
     value: Any
 
     def __post_init__(self) -> None:
+        """Validate: ``in``/``not in`` take a list, the orderings a number, ``==``/``!=``
+        a number, string, bool or a list of them."""
         if self.layer not in ("primary", "secondary"):
             raise ValueError(f"clause layer must be 'primary' or 'secondary', got {self.layer!r}")
-        if self.op not in _OPS:
+        if not isinstance(self.attr, str):
+            raise ValueError(f"clause attr must be a string, got {self.attr!r}")
+        if not isinstance(self.op, str) or self.op not in _OPS:
             raise ValueError(f"clause op must be one of {sorted(_OPS)}, got {self.op!r}")
-        if isinstance(self.value, list):  # JSON lists become tuples: rules stay hashable
-            object.__setattr__(self, "value", tuple(self.value))
+        value = tuple(self.value) if isinstance(self.value, (list, tuple)) else self.value
+        scalars = value if isinstance(value, tuple) else (value,)
+        if not all(isinstance(v, (int, float, str)) and not (isinstance(v, float) and not math.isfinite(v))
+                   for v in scalars):
+            raise ValueError(f"clause value must be finite numbers, strings or booleans, got {self.value!r}")
+        if self.op in ("in", "not in") and not isinstance(value, tuple):
+            raise ValueError(f"clause op {self.op!r} needs a list value, got {self.value!r}")
+        if self.op in ("<", "<=", ">", ">=") and (isinstance(value, (tuple, str, bool))):
+            raise ValueError(f"clause op {self.op!r} needs a number value, got {self.value!r}")
+        object.__setattr__(self, "value", value)    # JSON lists become tuples: rules stay hashable
 
     def holds(self, primary: Layer, secondary: Layer) -> bool:
         layer = primary if self.layer == "primary" else secondary
@@ -45,9 +58,12 @@ class Clause:
         else:
             return False
         compare, value = _OPS[self.op], self.value
-        if isinstance(actual, (tuple, list)) and not isinstance(value, tuple) and self.op not in ("in", "not in"):
-            return all(compare(a, value) for a in actual)
-        return bool(compare(actual, value))
+        try:
+            if isinstance(actual, (tuple, list)) and not isinstance(value, tuple) and self.op not in ("in", "not in"):
+                return all(compare(a, value) for a in actual)
+            return bool(compare(actual, value))
+        except TypeError:       # an ordering of a text attribute ("same" padding) against a number
+            return False
 
     def to_dict(self) -> dict:
         value = list(self.value) if isinstance(self.value, tuple) else self.value
@@ -68,9 +84,18 @@ class FusionRule:
 
     @classmethod
     def from_dict(cls, data: dict) -> FusionRule:
-        return cls(primary=str(data["primary"]), secondary=str(data["secondary"]),
-                   result=str(data.get("result", data["primary"])),
-                   condition=tuple(Clause(**c) for c in data.get("condition") or ()))
+        """Validate and build; ``ValueError``/``TypeError``/``KeyError`` say what is wrong."""
+        if not isinstance(data, dict) or "primary" not in data or "secondary" not in data:
+            raise ValueError(f"expected an object with 'primary' and 'secondary', got {data!r}")
+        kinds = {"primary": data["primary"], "secondary": data["secondary"],
+                 "result": data.get("result", data["primary"])}
+        bad = [key for key, value in kinds.items() if not isinstance(value, str)]
+        if bad:
+            raise ValueError(f"'{bad[0]}' must be a layer kind name, got {kinds[bad[0]]!r}")
+        condition = data.get("condition") or []
+        if not isinstance(condition, list) or not all(isinstance(c, dict) for c in condition):
+            raise ValueError(f"'condition' must be a list of clause objects, got {condition!r}")
+        return cls(**kinds, condition=tuple(Clause(**c) for c in condition))
 
     def to_dict(self) -> dict:
         data = {"primary": self.primary, "secondary": self.secondary, "result": self.result}

@@ -79,6 +79,7 @@ from typing import Any
 import numpy as np
 
 from ..atomic import atomic_path
+from ..validation import DataError, boolean, number, read_json, text
 from ..layer_models import LAYER_MODELS, LayerModel, layer_model_from_dict
 from ..layer_models.adapted import Adaptation
 from ..kinds import FEATURES
@@ -94,7 +95,7 @@ Range = dict[str, tuple[float, float]]
 _NUMBER_LIST = re.compile(r"\[\n\s*([-+0-9.eE,\s]+?)\n\s*\]")
 
 
-class ProfileError(ValueError):
+class ProfileError(DataError):
     """A profile is missing, unreadable, of another version, or has an invalid field."""
 
 
@@ -164,12 +165,15 @@ class Profile:
         }
 
     def save(self, path: str | os.PathLike) -> Path:
-        """Write the profile atomically: its arrays (if any) to a new ``.npz`` named by their
+        """Validate the profile as loading does (:class:`ProfileError` and nothing written if it
+        fails), then write it atomically: its arrays (if any) to a new ``.npz`` named by their
         digest, then the JSON (indented; lists of numbers on one line each) that names it,
         then remove the stem's previous arrays files (see the module doc)."""
         path = Path(path)
+        data = self.to_dict()
+        Profile.from_dict(data, source=f"{path} (not saved)")     # what is written, loading accepts
         arrays: dict[str, np.ndarray] = {}
-        data = _split_arrays(self.to_dict(), "", arrays)
+        data = _split_arrays(data, "", arrays)
         arrays_file = None
         if arrays:
             blob = _npz_bytes(arrays)
@@ -177,7 +181,7 @@ class Profile:
             arrays_file = path.parent / f"{path.stem}.{digest[:16]}.npz"
             data["arrays"] = {"file": arrays_file.name, "sha256": digest}
         text = _NUMBER_LIST.sub(lambda m: "[" + ", ".join(v.strip() for v in m.group(1).split(",")) + "]",
-                                json.dumps(data, indent=2))
+                                json.dumps(data, indent=2, allow_nan=False))
         if arrays_file is not None:
             with atomic_path(arrays_file) as tmp:
                 tmp.write_bytes(blob)
@@ -191,7 +195,17 @@ class Profile:
 
     @classmethod
     def from_dict(cls, data: Any, source: str = "<dict>") -> Profile:
-        """Validate and build; every error names ``source`` and the offending field."""
+        """Validate and build; every error (a :class:`ProfileError`) names ``source`` and
+        the offending field."""
+        try:
+            return cls._from_dict(data, source)
+        except ProfileError:
+            raise
+        except DataError as error:
+            raise ProfileError(f"profile {source}: {error}") from None
+
+    @classmethod
+    def _from_dict(cls, data: Any, source: str) -> Profile:
         def fail(field_name: str, problem: str) -> ProfileError:
             return ProfileError(f"profile {source}: field '{field_name}': {problem}")
 
@@ -199,9 +213,10 @@ class Profile:
             raise fail("<root>", "expected a JSON object")
         if data.get("format") != FORMAT:
             raise fail("format", f"expected {FORMAT!r}, got {data.get('format')!r}")
-        if data.get("version") not in READABLE_VERSIONS:
+        version = data.get("version")
+        if isinstance(version, bool) or version not in READABLE_VERSIONS:
             raise fail("version", f"this annette_torch reads versions {', '.join(map(str, READABLE_VERSIONS))}, "
-                                  f"the file has {data.get('version')!r}; rebuild or convert the profile")
+                                  f"the file has {version!r}; rebuild or convert the profile")
         for name in ("name", "fingerprint", "layer_models"):
             if name not in data:
                 raise fail(name, "missing")
@@ -231,35 +246,27 @@ class Profile:
                     where = f"layer_models.{type_name}.{kind}.range"
                     ranges.setdefault(type_name, {})[kind] = _check_range(entry["range"], lambda p: fail(where, p))
         preference = data.get("model_preference", ["roofline"])
-        if not isinstance(preference, list) or not all(p in models for p in preference):
+        if not isinstance(preference, list) or not all(isinstance(p, str) and p in models for p in preference):
             raise fail("model_preference", f"expected a list of model types present in layer_models "
                                            f"({sorted(models)}), got {preference!r}")
         rules = []
+        if not isinstance(data.get("mapping") or [], list):
+            raise fail("mapping", f"expected a list of fusion rules, got {data['mapping']!r}")
         for i, entry in enumerate(data.get("mapping") or ()):
             try:
                 rules.append(FusionRule.from_dict(entry))
             except (KeyError, TypeError, ValueError) as error:
                 raise fail(f"mapping[{i}]", f"invalid rule ({error})") from None
-        try:
-            overhead = float(data.get("overhead_ms", 0.0))
-        except (TypeError, ValueError):
-            raise fail("overhead_ms", f"expected a number, got {data.get('overhead_ms')!r}") from None
-        if overhead < 0:
-            raise fail("overhead_ms", "must not be negative")
-        per_kernel = data.get("kernel_overhead_ms", 0.0)
-        if isinstance(per_kernel, bool) or not isinstance(per_kernel, (int, float)) or not math.isfinite(per_kernel):
-            raise fail("kernel_overhead_ms", f"expected a number, got {per_kernel!r}")
+        overhead = number(data.get("overhead_ms", 0.0), "field 'overhead_ms'", low=0)
+        per_kernel = number(data.get("kernel_overhead_ms", 0.0), "field 'kernel_overhead_ms'")
         bandwidth = data.get("weight_bandwidth_bytes_s")
-        if bandwidth is not None and (isinstance(bandwidth, bool) or not isinstance(bandwidth, (int, float))
-                                      or not bandwidth > 0):
-            raise fail("weight_bandwidth_bytes_s", f"expected a positive number or null, got {bandwidth!r}")
-        folds = data.get("optimizes_graph", False)
-        if not isinstance(folds, bool):
-            raise fail("optimizes_graph", f"expected true or false, got {folds!r}")
+        if bandwidth is not None:
+            bandwidth = number(bandwidth, "field 'weight_bandwidth_bytes_s'", low=0, low_open=True)
+        folds = boolean(data.get("optimizes_graph", False), "field 'optimizes_graph'")
         fused_costs = data.get("fused_cost_s_per_elem") or {}
-        if not isinstance(fused_costs, dict) or not all(
-                isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 for v in fused_costs.values()):
+        if not isinstance(fused_costs, dict):
             raise fail("fused_cost_s_per_elem", f"expected an object of layer kind -> seconds >= 0, got {fused_costs!r}")
+        fused_costs = {k: number(v, f"field 'fused_cost_s_per_elem.{k}'", low=0) for k, v in fused_costs.items()}
         training = data.get("training")
         if training is not None:
             _check_training(training, fail)
@@ -275,12 +282,15 @@ class Profile:
                 adaptation = Adaptation.from_dict(data["adaptation"])
             except ValueError as error:
                 raise ProfileError(f"profile {source}: field {error}") from None
-        return cls(name=str(data["name"]), fingerprint=dict(data["fingerprint"]), layer_models=models,
-                   model_preference=tuple(preference), mapping=tuple(rules), overhead_ms=overhead,
-                   kernel_overhead_ms=float(per_kernel),
-                   weight_bandwidth_bytes_s=None if bandwidth is None else float(bandwidth),
-                   fused_cost_s_per_elem={str(k): float(v) for k, v in fused_costs.items()},
-                   optimizes_graph=folds, training=training, description=str(data.get("description", "")),
+        for name, kind in (("description", str), ("fit_metrics", dict), ("notes", list)):
+            if data.get(name) is not None and not isinstance(data[name], kind):
+                raise fail(name, f"expected {'a string' if kind is str else 'an object' if kind is dict else 'a list'}, "
+                                 f"got {data[name]!r}")
+        return cls(name=text(data["name"], "field 'name'"), fingerprint=dict(data["fingerprint"]),
+                   layer_models=models, model_preference=tuple(preference), mapping=tuple(rules), overhead_ms=overhead,
+                   kernel_overhead_ms=per_kernel, weight_bandwidth_bytes_s=bandwidth,
+                   fused_cost_s_per_elem={str(k): v for k, v in fused_costs.items()},
+                   optimizes_graph=folds, training=training, description=data.get("description") or "",
                    fit_metrics=dict(data.get("fit_metrics") or {}), notes=list(data.get("notes") or []),
                    source=source, adaptation=adaptation, counting=counting, ranges=ranges)
 
@@ -342,12 +352,10 @@ def load_profile(name_or_path: str | os.PathLike | Profile) -> Profile:
         path = builtin_dir() / f"{text}.json"
     else:
         path = Path(text)
-    if not path.is_file():
-        raise ProfileError(f"profile file {path} does not exist")
     try:
-        data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ProfileError(f"profile {path}: not readable as JSON ({error})") from None
+        data = read_json(path, "profile file")
+    except DataError as error:
+        raise ProfileError(str(error)) from None
     if not isinstance(data, dict) or data.get("arrays") is None:
         return Profile.from_dict(data, source=str(path))
     arrays, arrays_path = _read_arrays(path, data["arrays"])
@@ -359,7 +367,10 @@ def load_profile(name_or_path: str | os.PathLike | Profile) -> Profile:
 
 def _split_arrays(value: Any, key: str, arrays: dict[str, np.ndarray]) -> Any:
     """``value`` with each numpy array replaced by ``{"array": its dotted key}``, the
-    arrays collected in ``arrays``."""
+    arrays collected in ``arrays``, and each NaN or infinite number by null (the free-form
+    ``fit_metrics`` hold such scores; the validated fields cannot)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
     if isinstance(value, np.ndarray):
         arrays[key] = value
         return {"array": key}
