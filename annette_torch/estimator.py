@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import torch
 from torch import nn
 
 from .graph import LayerGraph, trace
@@ -60,6 +61,16 @@ class EstimateError(ValueError):
 
 class UnknownKindWarning(UserWarning):
     """Some layers have a kind no formula claims; they were estimated by the roofline."""
+
+
+class ModelStateWarning(UserWarning):
+    """The module is in train mode for an inference profile, or holds weights of another
+    precision than the profile's: the estimate is of what the profile describes."""
+
+
+#: a profile's precision -> the parameter dtypes of a model it describes
+_PRECISION_DTYPES = {"f32": {torch.float32}, "fp32": {torch.float32}, "bf16": {torch.bfloat16, torch.float32},
+                     "f16": {torch.float16, torch.float32}, "fp16": {torch.float16, torch.float32}}
 
 
 class FreeWorkWarning(UserWarning):
@@ -131,7 +142,24 @@ class Estimator:
         (``input_shape=``, ``example_inputs=``, ``leaf_modules=``)."""
         if isinstance(model, LayerGraph):
             return model
+        self._warn_state(model)
         return trace(model, **trace_kwargs)
+
+    def _warn_state(self, model: nn.Module) -> None:
+        """:class:`ModelStateWarning` for a module in train mode under an inference profile
+        and for floating-point weights of a dtype the profile's precision does not run."""
+        name = type(model).__name__
+        if isinstance(model, nn.Module) and model.training and self.profile.training is None:
+            warnings.warn(f"{name} is in train mode: dropout and batch norm are traced as in training, but profile "
+                          f"{self.profile.name!r} describes inference; call model.eval() first",
+                          ModelStateWarning, stacklevel=4)
+        allowed = _PRECISION_DTYPES.get(str(self.profile.fingerprint.get("precision")))
+        dtypes = {p.dtype for p in model.parameters() if p.is_floating_point()} if isinstance(model, nn.Module) else set()
+        if allowed and dtypes - allowed:
+            warnings.warn(f"{name} has {', '.join(sorted(str(d).replace('torch.', '') for d in dtypes - allowed))} "
+                          f"weights, but profile {self.profile.name!r} runs {self.profile.fingerprint['precision']}: "
+                          f"the estimate is of the network at {self.profile.fingerprint['precision']}",
+                          ModelStateWarning, stacklevel=4)
 
     def kernel_table(self, graph: LayerGraph) -> KernelTable:
         """The kernels ``graph`` runs as on this target (cached on the graph)."""

@@ -51,9 +51,9 @@ FAKE_SSH = r'''
 import os, subprocess, sys, time
 args = sys.argv[1:]
 i = 0
-while args[i].startswith("-"):
+while args[i] != "--":
     i += 2                                   # -p PORT, -o OPTION, -i KEY
-command = args[i + 1]
+command = args[i + 2]                        # -- user@host COMMAND
 board = os.environ["FAKE_BOARD"]
 with open(os.path.join(board, "ssh.log"), "a") as log:
     log.write(command + "\n")
@@ -76,9 +76,9 @@ FAKE_SCP = r'''
 import os, shutil, sys
 args = sys.argv[1:]
 i = 0
-while args[i].startswith("-"):
+while args[i] != "--":
     i += 2                                   # -P PORT, -o OPTION, -i KEY
-*sources, target = args[i:]
+*sources, target = args[i + 1:]
 local = lambda p: p.split(":", 1)[1] if "@" in p.split(":", 1)[0] and ":" in p else p
 for source in sources:
     shutil.copy(local(source), local(target))
@@ -266,7 +266,7 @@ def test_zcu102_dry_run_lists_every_host_and_board_command(tmp_path):
         "ZCU102/arch.json -o " in compile_ and "/compiled -n annette" in compile_
     for line in (prepare, run):
         assert line.startswith("ssh -p 22 -o BatchMode=yes -o ConnectTimeout=10 ")
-        assert f"-i {tmp_path / 'id_board'} root@zcu102.local " in line
+        assert f"-i {tmp_path / 'id_board'} -- root@zcu102.local " in line
     assert prepare.endswith(f"'rm -rf {tmp_path}/board/annette/run && mkdir -p {tmp_path}/board/annette/run'")
     assert upload.startswith("scp -P 22 -o BatchMode=yes") and upload.endswith(
         f"zcu102_runner.py {lines[0].split()[3]}/compiled/annette.xmodel root@zcu102.local:{tmp_path}/board/annette/run/")

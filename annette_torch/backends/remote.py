@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -266,20 +267,35 @@ class Ssh:
     scp: str = "scp"
     options: tuple[str, ...] = ()
 
+    def __post_init__(self) -> None:
+        """``ValueError`` unless ``user`` and ``host`` are plain names (see :data:`SSH_USER`,
+        :data:`SSH_HOST`): nothing from a configuration reaches ssh as an option."""
+        for name, pattern, what in (("user", SSH_USER, "letters, digits and '._-'"),
+                                    ("host", SSH_HOST, "a hostname, IPv4 or IPv6 address")):
+            if not isinstance(getattr(self, name), str) or not pattern.fullmatch(getattr(self, name)):
+                raise ValueError(f"{name} must be {what}, not starting with '-', got {getattr(self, name)!r}")
+        if isinstance(self.port, bool) or not isinstance(self.port, int) or not 1 <= self.port <= 65535:
+            raise ValueError(f"port must be an integer from 1 to 65535, got {self.port!r}")
+
     @classmethod
     def from_config(cls, config: BoardConfig, section: str = "board") -> Ssh:
         """Read ``host``, ``user``, ``port``, ``key``, ``connect_timeout_s``, ``ssh``, ``scp``
-        and ``ssh_options`` from ``[section]``."""
+        and ``ssh_options`` from ``[section]``; :class:`BoardConfigError` names a bad one."""
         key = config.get(section, "key", "", str)
         if key and not Path(key).expanduser().is_file():
             raise BoardConfigError(f"{config.path}: [{section}] key: no such file {key!r} (the private key "
                                    f"that logs in to the board without a password)")
-        return cls(host=config.get(section, "host", kind=str, what="the board's hostname or IP address"),
-                   user=config.get(section, "user", kind=str, what="the user to log in as, e.g. root"),
-                   port=config.count(section, "port", 22, 1), key=str(Path(key).expanduser()) if key else "",
-                   connect_timeout_s=config.seconds(section, "connect_timeout_s", 10.0),
-                   ssh=config.get(section, "ssh", "ssh", str), scp=config.get(section, "scp", "scp", str),
-                   options=tuple(config.strings(section, "ssh_options")))
+        try:
+            return cls(host=config.get(section, "host", kind=str, what="the board's hostname or IP address"),
+                       user=config.get(section, "user", kind=str, what="the user to log in as, e.g. root"),
+                       port=config.count(section, "port", 22, 1), key=str(Path(key).expanduser()) if key else "",
+                       connect_timeout_s=config.seconds(section, "connect_timeout_s", 10.0),
+                       ssh=config.get(section, "ssh", "ssh", str), scp=config.get(section, "scp", "scp", str),
+                       options=tuple(config.strings(section, "ssh_options")))
+        except BoardConfigError:
+            raise
+        except ValueError as error:
+            raise BoardConfigError(f"{config.path}: [{section}] {error}") from None
 
     def _common(self) -> list[str]:
         args = ["-o", "BatchMode=yes", "-o", f"ConnectTimeout={int(round(self.connect_timeout_s))}",
@@ -298,18 +314,22 @@ class Ssh:
     def run(self, remote_command: str, timeout_s: float, what: str) -> Command:
         """``ssh`` running ``remote_command`` (a shell line on the board), killed locally
         after ``timeout_s``."""
-        return Command((self.ssh, "-p", str(self.port), *self._common(), self.target, remote_command),
+        return Command((self.ssh, "-p", str(self.port), *self._common(), "--", self.target, remote_command),
                        timeout_s, what, "[board] ssh")
 
     def upload(self, local: Sequence[str | os.PathLike], remote_dir: str, timeout_s: float) -> Command:
         """``scp`` copying the ``local`` files into ``remote_dir`` on the board."""
-        return Command((self.scp, "-P", str(self.port), *self._common(), *map(str, local),
+        return Command((self.scp, "-P", str(self.port), *self._common(), "--", *map(str, local),
                         f"{self.target}:{remote_dir}/"), timeout_s, "copy to the board", "[board] scp")
 
     def download(self, remote: Sequence[str], local_dir: str | os.PathLike, timeout_s: float) -> Command:
         """``scp`` copying the ``remote`` files from the board into ``local_dir``."""
-        return Command((self.scp, "-P", str(self.port), *self._common(), *(f"{self.target}:{r}" for r in remote),
+        return Command((self.scp, "-P", str(self.port), *self._common(), "--", *(f"{self.target}:{r}" for r in remote),
                         str(local_dir)), timeout_s, "copy from the board", "[board] scp")
 
 
 SSH_CONNECTION_ERROR = 255     # ssh's own exit code: it could not connect or lost the connection
+#: a login name ssh and scp take as one: no leading '-' (an option), no '@', ':' or spaces
+SSH_USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,63}")
+#: a hostname, an IPv4 address or an IPv6 address (bracketed or not, with a zone): no leading '-'
+SSH_HOST = re.compile(r"[A-Za-z0-9_\[][A-Za-z0-9._:%\[\]-]{0,252}")

@@ -30,13 +30,18 @@ import io
 import json
 import os
 import re
+import warnings
+import zlib
 from pathlib import Path
 from typing import Any, Iterable
 
+import numpy as np
 import pandas as pd
 
 from ..atomic import atomic_path
+from ..graph.errors import first_line
 from ..kinds import FEATURES
+from ..validation import DataError, integer, read_bytes, read_json, safe_name, text
 
 NETWORK_COLUMNS = ("benchmark", "family", "spec", "status", "error", "time_ms", "spread", "repeats",
                    "layers_sum_ms", "kernels", "wall_s", "finished_utc")
@@ -46,7 +51,13 @@ _FLOAT_DIGITS = 6
 
 
 class StoreError(RuntimeError):
-    """The store folder cannot be used: another campaign holds it, or its fingerprint differs."""
+    """The store folder cannot be used: another campaign holds it, its fingerprint differs
+    or is invalid, or one of its files is damaged beyond repair (the message names it)."""
+
+
+class StoreRepairWarning(UserWarning):
+    """A store file had damaged lines (a row cut short, a cell that is not a number); they
+    were left out, and the message names the file and the lines."""
 
 
 def fingerprint_folder(fingerprint: dict[str, Any]) -> str:
@@ -117,7 +128,11 @@ class MeasurementStore:
             raise StoreError(f"{folder} is in use by another calibration campaign") from None
         fingerprint_path = folder / "fingerprint.json"
         if fingerprint_path.exists():
-            recorded = json.loads(fingerprint_path.read_text())
+            try:
+                recorded = read_json(fingerprint_path, "store fingerprint")    # equal to ours: valid
+            except DataError as error:
+                lock_handle.close()
+                raise StoreError(str(error)) from None
             if recorded != fingerprint:
                 lock_handle.close()
                 raise StoreError(f"{fingerprint_path} records {recorded}, not {fingerprint}")
@@ -139,19 +154,17 @@ class MeasurementStore:
         self.close()
 
     def _repair(self) -> None:
+        """What :func:`read_table` leaves out of a live file is dropped from it for good,
+        and so are the layer rows of uncommitted benchmarks."""
         for path, columns in ((self.networks_path, NETWORK_COLUMNS), (self.layers_path, LAYER_COLUMNS)):
-            header = ",".join(columns) + "\n"
             if not path.exists() or path.stat().st_size == 0:
-                path.write_text(header)
+                path.write_text(",".join(columns) + "\n")
                 continue
-            data = path.read_bytes()
-            if not data.startswith(header.encode()):
-                raise StoreError(f"{path} does not start with the expected header {header.strip()!r}")
-            if not data.endswith(b"\n"):          # a row cut by a kill: drop it
-                with open(path, "rb+") as handle:
-                    handle.truncate(data.rfind(b"\n") + 1)
+            table, dropped = read_table(path, columns)
+            if dropped:
+                _rewrite(path, table, columns)
         committed = self.done()
-        live = _read(self.layers_path)
+        live = read_table(self.layers_path, LAYER_COLUMNS)[0]
         orphan = ~live["benchmark"].isin(committed)
         if orphan.any():
             _rewrite(self.layers_path, live[~orphan], LAYER_COLUMNS)
@@ -190,6 +203,70 @@ class MeasurementStore:
             _rewrite(path, pd.DataFrame(columns=list(columns)), columns)
 
 
+_TEXT_COLUMNS = ("benchmark", "family", "spec", "status", "error", "finished_utc", "layer", "kind", "op",
+                 "kernel", "kernel_type", "exec_type", "fused_into", "successors", "fusion")
+_COLUMNS = {"networks.csv": NETWORK_COLUMNS, "layers.csv": LAYER_COLUMNS}
+
+
+def read_table(path: Path, columns: tuple[str, ...]) -> tuple[pd.DataFrame, list[str]]:
+    """One store table (plain or gzip, :data:`~annette_torch.validation.MAX_FILE_BYTES` at
+    most): text columns as text ("" when empty), the others as numbers (NaN when empty),
+    and what was left out. The reader of ``stores``, ``fit`` and a resumed campaign.
+
+    Repaired, with a :class:`StoreRepairWarning` naming the file and lines: a last line
+    without its newline (a row cut by a kill), lines with another number of cells than the
+    header (a row cut short in the middle), lines with a number column that is not a
+    number. Rejected with :class:`StoreError` naming the file: a damaged gzip archive, text
+    that is not UTF-8, a header other than ``columns``."""
+    try:
+        data = read_bytes(path, "store file")
+        if path.suffix == ".gz":
+            data = gzip.decompress(data)
+        content = data.decode("utf-8")
+    except (OSError, EOFError, zlib.error, UnicodeDecodeError, DataError) as error:
+        raise StoreError(f"{path}: damaged or unreadable ({first_line(error, with_type=True)}); restore it from a "
+                         f"copy (git checkout) or move it away and measure its benchmarks again") from None
+    lines = content.split("\n")
+    header = ",".join(columns)
+    if lines[0] != header:
+        found = lines[0].split(",")
+        missing = [c for c in columns if c not in found]
+        raise StoreError(f"{path}: the header must be {header!r}"
+                         + (f"; it lacks the column(s) {', '.join(missing)}" if missing else f", got {lines[0]!r}"))
+    dropped: list[str] = []
+    if len(lines) > 1 and lines[-1]:
+        dropped.append(f"the last line {len(lines)}, cut off without its newline")
+    rows, numbers, bad = [], [], []
+    for number, line in enumerate(lines[1:-1], start=2):
+        try:
+            cells = next(csv.reader([line], strict=True), [])   # one line each: a cut quote spoils no other row
+        except csv.Error:
+            cells = None
+        if cells is None or len(cells) != len(columns):
+            bad.append((number, "unbalanced quotes" if cells is None else f"{len(cells)} of {len(columns)} cells"))
+            continue
+        rows.append(cells)
+        numbers.append(number)
+    frame = pd.DataFrame(rows, columns=list(columns), dtype=object)
+    numeric = [c for c in columns if c not in _TEXT_COLUMNS]
+    wrong = np.zeros(len(frame), dtype=bool)
+    for column in numeric:
+        cells = frame[column].replace("", np.nan)
+        wrong |= pd.to_numeric(cells, errors="coerce").isna().to_numpy() & cells.notna().to_numpy()
+    bad += [(n, "a number cell that is not a number") for n, flagged in zip(numbers, wrong) if flagged]
+    frame = frame[~wrong].reset_index(drop=True)
+    for column in columns:
+        frame[column] = (pd.to_numeric(frame[column].replace("", np.nan)) if column in numeric
+                         else frame[column].astype(str))
+    if bad:
+        listed = ", ".join(f"{n} ({why})" for n, why in sorted(bad)[:5])
+        dropped.append(f"{len(bad)} damaged line(s): {listed}{', ...' if len(bad) > 5 else ''}")
+    if dropped:
+        warnings.warn(f"{path}: left out {'; '.join(dropped)}; their benchmarks count as not measured "
+                      f"(a campaign run again measures them)", StoreRepairWarning, stacklevel=3)
+    return frame, dropped
+
+
 def _archive(path: Path) -> Path:
     return path.with_name(path.name + ".gz")
 
@@ -203,25 +280,14 @@ def _rewrite(path: Path, table: pd.DataFrame, columns: tuple[str, ...]) -> None:
         tmp.write_bytes(_table_bytes(table, columns))
 
 
-_TEXT_COLUMNS = ("benchmark", "family", "spec", "status", "error", "finished_utc", "layer", "kind", "op",
-                 "kernel", "kernel_type", "exec_type", "fused_into", "successors", "fusion")
-
-
-def _read(path: Path) -> pd.DataFrame:
-    """One CSV table (plain or gzip): text columns as text ("" when empty), the others
-    as numbers (NaN when empty)."""
-    numeric = [c for c in NETWORK_COLUMNS + LAYER_COLUMNS if c not in _TEXT_COLUMNS]
-    return pd.read_csv(path, keep_default_na=False, na_values={c: [""] for c in numeric},
-                       dtype={c: str for c in _TEXT_COLUMNS})
-
-
 def _combined(live_path: Path) -> pd.DataFrame:
     """Archive rows, then the live rows of benchmarks the archive does not hold; for the
     networks table, one row per benchmark, its last (a retry after a failure)."""
-    live = _read(live_path)
+    columns = _COLUMNS[live_path.name]
+    live = read_table(live_path, columns)[0]
     archive_path = _archive(live_path)
     if archive_path.exists():
-        archive = _read(archive_path)
+        archive = read_table(archive_path, columns)[0]
         if live_path.name != "networks.csv":
             live = live[~live["benchmark"].isin(set(archive["benchmark"]))]
         live = pd.concat([archive, live], ignore_index=True) if len(live) else archive   # keep the archive's dtypes
@@ -230,17 +296,36 @@ def _combined(live_path: Path) -> pd.DataFrame:
     return live
 
 
+def read_fingerprint(folder: str | os.PathLike) -> dict[str, Any]:
+    """A store's ``fingerprint.json``, validated: an object whose ``backend`` can name a
+    file (:func:`~annette_torch.validation.safe_name`: a profile fitted on the store is
+    named after it), ``threads`` a positive integer, ``precision`` and
+    ``runtime_version`` strings; :class:`StoreError` naming the file and field otherwise."""
+    path = Path(folder) / "fingerprint.json"
+    try:
+        data = read_json(path, "store fingerprint")
+        if not isinstance(data, dict):
+            raise DataError(f"store fingerprint {path}: expected a JSON object, got {data!r}")
+        safe_name(data.get("backend"), f"store fingerprint {path}: field 'backend'")
+        integer(data.get("threads"), f"store fingerprint {path}: field 'threads'", 1)
+        for name in ("precision", "runtime_version"):
+            text(data.get(name), f"store fingerprint {path}: field {name!r}")
+    except DataError as error:
+        raise StoreError(str(error)) from None
+    return data
+
+
 def load_measurements(folder: str | os.PathLike) -> tuple[dict[str, Any], pd.DataFrame, pd.DataFrame]:
     """(fingerprint, networks, layers) of one store folder, read-only and without
-    locking; layer rows of uncommitted benchmarks are left out."""
+    locking, through :func:`read_fingerprint` and :func:`read_table` (which repair or
+    reject damaged files); layer rows of uncommitted benchmarks are left out."""
     folder = Path(folder)
-    fingerprint_path = folder / "fingerprint.json"
-    if not fingerprint_path.is_file():
+    if not (folder / "fingerprint.json").is_file():
         raise StoreError(f"{folder} is not a measurement store (no fingerprint.json)")
+    fingerprint = read_fingerprint(folder)
     networks = _combined(folder / "networks.csv")
     layers = _combined(folder / "layers.csv")
-    return (json.loads(fingerprint_path.read_text()), networks,
-            layers[layers["benchmark"].isin(set(networks["benchmark"]))].reset_index(drop=True))
+    return fingerprint, networks, layers[layers["benchmark"].isin(set(networks["benchmark"]))].reset_index(drop=True)
 
 
 def store_folders(root: str | os.PathLike) -> list[Path]:

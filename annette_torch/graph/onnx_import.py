@@ -324,6 +324,8 @@ def _build_layer(node: onnx.NodeProto, name: str, tensors: _Tensors, producers: 
             in_shapes.append(tensors.shape(tensor, where))
             is_weight.append(True)
     out_shapes = [tensors.shape(output, where) for output in node.output if output]
+    if node.op_type in ("Conv", "ConvTranspose") and node.domain in _STANDARD_DOMAINS:
+        _check_channels(node, tensors, where)
 
     kind = kind_for_onnx(node.op_type) if node.domain in _STANDARD_DOMAINS else None
     attrs: dict[str, Any] = {"op": node.op_type}
@@ -340,6 +342,21 @@ def _build_layer(node: onnx.NodeProto, name: str, tensors: _Tensors, producers: 
     return Layer(name=name, kind=kind.resolve(attrs), op=node.op_type, module_path=node.name,
                  input_shapes=tuple(in_shapes), output_shapes=tuple(out_shapes), attrs=attrs,
                  parents=tuple(parents), counts=counts, reads_input=reads_input)
+
+
+def _check_channels(node: onnx.NodeProto, tensors: _Tensors, where: str) -> None:
+    """:class:`TraceError` when a convolution's input has other channels than its weights
+    take (an ``input_shape`` that contradicts the model; ONNX shape inference lets it pass)."""
+    if len(node.input) < 2:
+        return
+    data, weight = tensors.known_shape(node.input[0]), tensors.known_shape(node.input[1])
+    if not data or not weight or len(data) < 2 or len(weight) < 2:
+        return
+    groups = next((helper.get_attribute_value(a) for a in node.attribute if a.name == "group"), 1)
+    expected = weight[0] if node.op_type == "ConvTranspose" else weight[1] * groups
+    if data[1] != expected:
+        raise TraceError(f"{tensors.label}: {where}: its input has {data[1]} channels (shape {data}), but its "
+                         f"weights {weight} take {expected}; give an input shape with {expected} channels")
 
 
 class _NodeView:
