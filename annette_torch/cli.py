@@ -437,12 +437,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; exit code 0 on success, 2 for a usage error or bad input (argparse's
+    code too), each printed as one ``annette-torch: error:`` line, and warnings as
+    ``annette-torch: warning:`` lines."""
     args = build_parser().parse_args(argv)
-    try:
-        return args.func(args)
-    except (TraceError, ProfileError, StoreError, BackendError, ValueError, OSError) as error:
-        print(f"annette-torch: error: {error}{_hint(error)}", file=sys.stderr)
-        return 2
+    with warnings.catch_warnings():
+        warnings.showwarning = _print_warning
+        try:
+            return args.func(args)
+        except (TraceError, ProfileError, StoreError, BackendError, ValueError, OSError) as error:
+            print(f"annette-torch: error: {error}{_hint(error)}", file=sys.stderr)
+            return 2
+
+
+def _print_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """A warning as one line on stderr (no source location: it is not the user's code)."""
+    print(f"annette-torch: warning: {message}", file=sys.stderr)
 
 
 def _hint(error: Exception) -> str:

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
-import json
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +36,8 @@ import torch
 from torch import nn
 
 from .graph import LayerGraph, TraceError, trace
+from .graph.errors import first_line
+from .validation import DataError, read_json, regular_file
 
 Shape = tuple[int, ...]
 
@@ -189,9 +190,9 @@ def _hf_config_file(path: Path, transformers: Any) -> tuple[Any, type | None]:
     model class its ``architectures`` names (None: the base model)."""
     file = path / "config.json" if path.is_dir() else path
     try:
-        data = json.loads(file.read_text())
-    except (OSError, ValueError) as error:
-        raise ModelSpecError(f"cannot read the HuggingFace configuration {file}: {error}") from error
+        data = read_json(file, "HuggingFace configuration")
+    except DataError as error:
+        raise ModelSpecError(str(error)) from None
     model_type = data.get("model_type") if isinstance(data, dict) else None
     mapping = transformers.models.auto.configuration_auto.CONFIG_MAPPING
     if model_type not in mapping:
@@ -205,21 +206,35 @@ def _hf_config_file(path: Path, transformers: Any) -> tuple[Any, type | None]:
 
 def _load_function(path: str, function: str) -> Any:
     """``function`` of the Python file ``path`` (the file is run as a module)."""
-    file = Path(path)
-    if not file.is_file():
-        raise ModelSpecError(f"file {file} does not exist")
+    try:
+        file = regular_file(path, "Python file")
+    except DataError as error:
+        raise ModelSpecError(str(error)) from None
     spec = importlib.util.spec_from_file_location(file.stem, file)
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as error:  # noqa: BLE001 - the user's file: say where it failed
+        raise ModelSpecError(f"running {file} failed: {first_line(error, with_type=True)}") from error
     found = getattr(module, function, None)
     if not callable(found):
         raise ModelSpecError(f"{file} has no function {function!r}")
     return found
 
 
+def _call(path: str, function: str) -> Any:
+    """What ``function()`` of the file ``path`` returns; its exceptions become a
+    :class:`ModelSpecError` naming ``path:function``."""
+    found = _load_function(path, function)
+    try:
+        return found()
+    except Exception as error:  # noqa: BLE001 - the user's factory: say where it failed
+        raise ModelSpecError(f"{path}:{function}() raised {first_line(error, with_type=True)}") from error
+
+
 def _python_file(path: str, function: str) -> ResolvedModel:
     """The module ``function()`` of the file ``path`` returns."""
-    model = _load_function(path, function)()
+    model = _call(path, function)
     if not isinstance(model, nn.Module):
         raise ModelSpecError(f"{path}:{function}() returned {type(model).__name__}, not an nn.Module")
     return ResolvedModel(f"{Path(path).stem}:{function}", model.eval())
@@ -315,7 +330,7 @@ def load_example_inputs(spec: str, module: nn.Module | None) -> tuple:
     path, sep, function = spec.partition(":")
     if not sep or not path.endswith(".py") or not function:
         raise ModelSpecError(f"--example-inputs takes file.py:function, got {spec!r}")
-    value = _load_function(path, function)()
+    value = _call(path, function)
     if isinstance(value, torch.Tensor):
         return (value,)
     if isinstance(value, (tuple, list)):

@@ -4,8 +4,8 @@ Profiles, adaptations, device descriptors, measurement stores, sweeps and board
 configurations all come through here:
 
 * :func:`regular_file`, :func:`read_bytes`, :func:`read_text`, :func:`read_json`: a file
-  that exists and is a regular file, at most :data:`MAX_FILE_BYTES` long; JSON without
-  ``NaN``/``Infinity`` and nested at most :data:`MAX_DEPTH` deep;
+  that exists and is a regular file, at most :data:`MAX_FILE_BYTES` long; JSON nested at
+  most :data:`MAX_DEPTH` deep;
 * :func:`number`, :func:`integer`, :func:`boolean`, :func:`text`: a value of the right
   type (``true`` is not 1, ``"1.5"`` is not 1.5, 1.5 is not an index), finite and in
   its range;
@@ -49,9 +49,11 @@ def regular_file(path: str | os.PathLike, what: str) -> Path:
     return path
 
 
-def read_bytes(path: str | os.PathLike, what: str, limit: int = MAX_FILE_BYTES) -> bytes:
-    """The bytes of a regular file of at most ``limit`` bytes (see :func:`regular_file`)."""
+def read_bytes(path: str | os.PathLike, what: str, limit: int | None = None) -> bytes:
+    """The bytes of a regular file of at most ``limit`` (default :data:`MAX_FILE_BYTES`)
+    bytes (see :func:`regular_file`)."""
     path = regular_file(path, what)
+    limit = MAX_FILE_BYTES if limit is None else limit
     size = path.stat().st_size
     if size > limit:
         raise DataError(f"{what} {path} has {size:,} bytes, more than the {limit:,} this reader accepts")
@@ -61,7 +63,7 @@ def read_bytes(path: str | os.PathLike, what: str, limit: int = MAX_FILE_BYTES) 
         raise DataError(f"{what} {path}: cannot read it ({error.strerror})") from None
 
 
-def read_text(path: str | os.PathLike, what: str, limit: int = MAX_FILE_BYTES) -> str:
+def read_text(path: str | os.PathLike, what: str, limit: int | None = None) -> str:
     """The UTF-8 text of a regular file of at most ``limit`` bytes."""
     data = read_bytes(path, what, limit)
     try:
@@ -70,24 +72,21 @@ def read_text(path: str | os.PathLike, what: str, limit: int = MAX_FILE_BYTES) -
         raise DataError(f"{what} {path}: not UTF-8 text (byte {error.start})") from None
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a number JSON allows (a finite number is required)")
-
-
 def parse_json(text: str, where: str) -> Any:
-    """``text`` parsed as strict JSON: no ``NaN``/``Infinity``, nested at most
-    :data:`MAX_DEPTH` deep; :class:`DataError` naming ``where`` otherwise."""
+    """``text`` parsed as JSON nested at most :data:`MAX_DEPTH` deep; :class:`DataError`
+    naming ``where`` otherwise. ``NaN`` and ``Infinity`` parse (as Python's json does) so
+    that the field check that rejects them (:func:`number`) can name the field."""
     depth = _nesting(text)
     if depth > MAX_DEPTH:
         raise DataError(f"{where}: JSON nested {depth} levels deep, more than the {MAX_DEPTH} allowed")
     try:
-        return json.loads(text, parse_constant=_reject_constant)
+        return json.loads(text)
     except ValueError as error:
         raise DataError(f"{where}: not readable as JSON ({error})") from None
 
 
-def read_json(path: str | os.PathLike, what: str, limit: int = MAX_FILE_BYTES) -> Any:
-    """A regular file's strict JSON (see :func:`parse_json`); errors name ``what`` and the path."""
+def read_json(path: str | os.PathLike, what: str, limit: int | None = None) -> Any:
+    """A regular file's JSON (see :func:`parse_json`); errors name ``what`` and the path."""
     path = Path(path).expanduser()
     return parse_json(read_text(path, what, limit), f"{what} {path}")
 

@@ -189,7 +189,7 @@ def test_model_proto_input_is_not_modified(tmp_path):
 
 
 def test_missing_and_corrupt_files_give_clear_errors(tmp_path):
-    with pytest.raises(ValueError, match="not found"):
+    with pytest.raises(ValueError, match="missing.onnx does not exist"):
         import_onnx(tmp_path / "missing.onnx")
     corrupt = tmp_path / "corrupt.onnx"
     corrupt.write_bytes(b"this is not an ONNX model")

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import re
 import shlex
@@ -30,6 +31,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Callable, Sequence, TypeVar
 
+from ..validation import DataError, parse_json, read_text
 from .base import BackendError
 
 T = TypeVar("T")
@@ -85,15 +87,15 @@ class BoardConfig:
                 f"this backend needs a board configuration file: pass --config FILE (or config=FILE); "
                 f"start from a copy of {example}")
         self.path = Path(path).expanduser()
-        if not self.path.is_file():
-            raise BoardConfigError(f"board configuration file {self.path} does not exist; start from a copy of {example}")
         self.data = self._read()
 
     def _read(self) -> dict[str, Any]:
-        text = self.path.read_text()
+        """The file's tables, through the validation layer (a regular file of bounded size,
+        strict JSON); :class:`BoardConfigError` naming the file otherwise."""
         try:
+            text = read_text(self.path, "board configuration file")
             if self.path.suffix == ".json":
-                data = json.loads(text)
+                data = parse_json(text, str(self.path))
             elif self.path.suffix == ".toml":
                 try:
                     import tomllib
@@ -103,9 +105,12 @@ class BoardConfig:
                 data = tomllib.loads(text)
             else:
                 raise BoardConfigError(f"{self.path}: a board configuration is a .toml or .json file")
-        except (json.JSONDecodeError, ValueError) as error:
-            if isinstance(error, BoardConfigError):
-                raise
+        except BoardConfigError:
+            raise
+        except DataError as error:
+            hint = f"; start from a copy of {self.example}" if not self.path.is_file() else ""
+            raise BoardConfigError(f"{error}{hint}") from None
+        except (ValueError, RecursionError) as error:
             raise BoardConfigError(f"{self.path} is not valid {self.path.suffix[1:].upper()}: {error}") from None
         if not isinstance(data, dict):
             raise BoardConfigError(f"{self.path}: the top level must be a table of sections")
@@ -130,6 +135,8 @@ class BoardConfig:
             kinds = kind if isinstance(kind, tuple) else (kind,)
             if float in kinds and isinstance(value, int) and not isinstance(value, bool):
                 value = float(value)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise BoardConfigError(f"{self.path}: [{section}] {key} must be a finite number, got {value!r}")
             if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
                 names = " or ".join(k.__name__ for k in kinds)
                 raise BoardConfigError(f"{self.path}: [{section}] {key} must be of type {names}, got {value!r}")

@@ -27,6 +27,7 @@ from tqdm import tqdm
 
 from ..backends import get_backend
 from ..graph.errors import first_line
+from ..validation import integer, number
 from .store import MeasurementStore
 from .sweep import BenchmarkSpec, load_sweep
 
@@ -204,11 +205,28 @@ class _Worker:
             self._process = None
 
 
+def check_options(threads: int = 1, minutes: float | None = None, timeout_s: float | None = None, warmup: int = 5,
+                  repeats: int = 25) -> None:
+    """:class:`~annette_torch.validation.DataError` naming the option unless ``threads`` and
+    ``repeats`` are positive integers, ``warmup`` a non-negative one, and ``minutes`` and
+    ``timeout_s`` positive numbers (or None: no limit, the backend's timeout). Checked
+    before a campaign opens its store: settings that fail every benchmark would record
+    them all as failed."""
+    integer(threads, "--threads (threads)", 1)
+    integer(warmup, "--warmup (warmup)", 0)
+    integer(repeats, "--repeats (repeats)", 1)
+    if minutes is not None:
+        number(minutes, "--minutes (minutes)", low=0, low_open=True)
+    if timeout_s is not None:
+        number(timeout_s, "--timeout (timeout_s, seconds per benchmark)", low=0, low_open=True)
+
+
 def dry_run_campaign(backend_name: str, sweep: str | Sequence[BenchmarkSpec], threads: int = 1,
                      precision: str | None = None, warmup: int = 5, repeats: int = 25,
                      backend_options: dict[str, Any] | None = None) -> Iterator[tuple[BenchmarkSpec, list[str]]]:
     """For each benchmark of ``sweep``: the commands the backend would run for it
     (:meth:`~annette_torch.backends.Backend.dry_run`); nothing runs, nothing is stored."""
+    check_options(threads, warmup=warmup, repeats=repeats)
     backend = get_backend(backend_name, threads=threads, precision=precision, **(backend_options or {}))
     for spec in _specs(sweep):
         model, input_shape, _, layer_paths = _built(spec)
@@ -225,7 +243,8 @@ def run_campaign(backend_name: str, sweep: str | Sequence[BenchmarkSpec], out: s
     ``backend_options`` go to the backend's constructor besides threads and precision
     (e.g. a board's ``config`` file). ``retry_failed``: measure again the benchmarks whose
     last attempt failed (a board that was down); a success is appended and supersedes
-    the failure."""
+    the failure. Options are checked first (:func:`check_options`)."""
+    check_options(threads, minutes, timeout_s, warmup, repeats)
     backend = get_backend(backend_name, threads=threads, precision=precision, **(backend_options or {}))
     options = {"threads": threads, "precision": backend.precision, **(backend_options or {})}
     timeout_s = backend.benchmark_timeout_s if timeout_s is None else timeout_s

@@ -37,12 +37,15 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..validation import DataError, number, read_text, regular_file
+
 if TYPE_CHECKING:
     from importlib.resources.abc import Traversable
 
 PARAMETERS = ("n", "h", "w", "c", "f", "k", "stride", "groups", "op", "pool")
 MAX_OPS = 4e9          # multiply-adds x 2 of one benchmark network (a VGG conv is 3.7e9)
 MAX_ELEMS = 24e6       # elements of the largest activation tensor
+MAX_COUNT = 10000      # draws per row, and values per grid cell
 _REDRAWS = 200
 _LIMIT = re.compile(r"#\s*(max_ops|max_elems)\s*:\s*(\S+)\s*$")
 
@@ -106,6 +109,8 @@ def _parse_cell(text: str) -> _Cell | None:
         if lo > hi:
             raise ValueError(f"range {text!r} is empty")
         if step:
+            if int(step) < 1 or (hi - lo) // int(step) >= MAX_COUNT:
+                raise ValueError(f"grid {text!r}: the step must be positive and give at most {MAX_COUNT} values")
             return _Cell("grid", tuple(range(lo, hi + 1, int(step))))
         return _Cell("range", (lo, hi))
     return _Cell("fixed", (_value(text),))
@@ -127,9 +132,10 @@ def sweep_path(name_or_path: str | os.PathLike) -> Path | Traversable:
     """The sweep file for a path, or for the name of a shipped sweep (``quick``)."""
     path = Path(name_or_path)
     if path.suffix == ".csv" or path.exists():
-        if not path.is_file():
-            raise SweepError(f"sweep file {path} does not exist")
-        return path
+        try:
+            return regular_file(path, "sweep file")
+        except DataError as error:
+            raise SweepError(str(error)) from None
     candidate = sweeps_folder().joinpath(f"{name_or_path}.csv")
     if candidate.is_file():
         return candidate
@@ -143,14 +149,17 @@ def load_sweep(name_or_path: str | os.PathLike) -> list[BenchmarkSpec]:
 
     path = sweep_path(name_or_path)
     stem = Path(path.name).stem        # seeds the draws: a sweep's benchmarks do not depend on where it lies
-    text = path.read_text().splitlines()
+    try:
+        text = (read_text(path, "sweep file") if isinstance(path, Path) else path.read_text()).splitlines()
+    except DataError as error:
+        raise SweepError(str(error)) from None
     limits = {"max_ops": MAX_OPS, "max_elems": MAX_ELEMS}
     for line in text:
         if match := _LIMIT.match(line.strip()):
             try:
-                limits[match[1]] = float(match[2])
+                limits[match[1]] = number(float(match[2]), f"{path}: {match[1]}", low=0, low_open=True)
             except ValueError:
-                raise SweepError(f"{path}: {match[1]} must be a number, got {match[2]!r}") from None
+                raise SweepError(f"{path}: {match[1]} must be a positive number, got {match[2]!r}") from None
     lines = [line for line in text if line.strip() and not line.lstrip().startswith("#")]
     reader = csv.DictReader(io.StringIO("\n".join(lines)))
     expected = ("family", "count") + PARAMETERS
@@ -159,11 +168,17 @@ def load_sweep(name_or_path: str | os.PathLike) -> list[BenchmarkSpec]:
     specs: dict[str, BenchmarkSpec] = {}
     for row_number, row in enumerate(reader, start=1):
         where = f"{path}, row {row_number}"
+        if None in row or None in row.values():
+            cells = sum(v is not None for k, v in row.items() if k is not None) + len(row.get(None) or ())
+            raise SweepError(f"{where}: {cells} cell(s), but the header has {len(expected)} ({','.join(expected)}); "
+                             f"leave unused cells empty, not out")
         family = row["family"].strip()
         if family not in FAMILIES:
             raise SweepError(f"{where}: unknown family {family!r}; families: {', '.join(sorted(FAMILIES))}")
         try:
             count = int(row["count"]) if row["count"].strip() else 1
+            if not 1 <= count <= MAX_COUNT:
+                raise ValueError(f"count must be between 1 and {MAX_COUNT}, got {count}")
             cells = {p: c for p in PARAMETERS if (c := _parse_cell(row[p] or "")) is not None}
         except ValueError as error:
             raise SweepError(f"{where}: {error}") from None

@@ -43,7 +43,9 @@ again on every benchmark; its ``fit_metrics`` hold the held-out scores and choic
 from __future__ import annotations
 
 import dataclasses
+import io
 import os
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -58,6 +60,8 @@ from ..mapping import FusionRule
 from ..profiles import Profile
 from ..profiles.profile import Range
 from ..training.optimizers import fit_optimizer_steps
+from ..calibration.store import StoreError
+from ..validation import number, read_text, safe_name
 from .fused import costly_members, fit_fused_costs, is_plain
 from .kinds import KindFit, fit_kind, learner_errors, mape
 from .mapping import PairDecision, describe_rule, learn_rules, rule_accuracy
@@ -68,6 +72,12 @@ from .table import StoreData, held_out, kernel_table, load_store, runtime_kernel
 from .weights import fit_weight_bandwidth
 
 MODEL_TYPES = ("roofline", "refined_roofline", "statistical", "mixed")
+#: below this many ok benchmarks a fit warns (:class:`FewBenchmarksWarning`)
+FEW_BENCHMARKS = 50
+
+
+class FewBenchmarksWarning(UserWarning):
+    """A profile is fitted on fewer than :data:`FEW_BENCHMARKS` benchmarks, or none is held out to score it."""
 PREFERENCE = ("mixed", "statistical", "refined_roofline", "roofline")
 
 
@@ -167,7 +177,15 @@ def _training(store_folder: str | os.PathLike) -> dict | None:
     path = Path(store_folder) / OPTIMIZER_STEPS_FILE
     if not path.exists():
         return None
-    return {"optimizer_step": fit_optimizer_steps(pd.read_csv(path))}
+    try:
+        measured = pd.read_csv(io.StringIO(read_text(path, "optimizer step timings")))
+        for column in ("tensors", "elements", "time_ms"):
+            if column in measured and not (pd.api.types.is_numeric_dtype(measured[column])
+                                           and np.isfinite(measured[column]).all() and (measured[column] > 0).all()):
+                raise ValueError(f"column {column!r} must hold positive numbers")
+        return {"optimizer_step": fit_optimizer_steps(measured)}
+    except (ValueError, pd.errors.ParserError) as error:
+        raise StoreError(f"{path}: {error}") from None
 
 
 def _profile(name: str, data: StoreData, fitted: _Pass, fit_metrics: dict, notes: list[str],
@@ -289,15 +307,22 @@ def fit_profile(store_folder: str | os.PathLike, name: str | None = None, seed: 
     models are fitted and scored always, but kept only ``with_statistical`` or when the
     model preference reaches them (:func:`without_unreached_statistical`).
     """
+    number(test_share, "test_share (the share of benchmarks held out)", low=0, high=0.9)
     data = load_store(store_folder, first=first, sample=sample, seed=seed, progress=progress)
     if data.networks.empty:
         raise ValueError(f"{store_folder}: no successfully measured benchmarks to fit")
     fp = data.fingerprint
-    name = name or (fp["backend"] if int(fp.get("threads") or 1) == 1 else f"{fp['backend']}-{fp['threads']}t")
+    name = safe_name(name or (fp["backend"] if fp["threads"] == 1 else f"{fp['backend']}-{fp['threads']}t"),
+                     "profile name")
     ids = list(data.networks.index)
     is_test = held_out(ids, seed, test_share)
     train_ids = {b for b, t in zip(ids, is_test) if not t}
     test_ids = [b for b, t in zip(ids, is_test) if t]
+    if len(ids) < FEW_BENCHMARKS or not test_ids or not train_ids:
+        warnings.warn(f"{store_folder}: fitting on {len(train_ids)} benchmarks and scoring on {len(test_ids)} held out "
+                      f"(of {len(ids)} measured ok); below {FEW_BENCHMARKS} benchmarks, or without held-out ones, the "
+                      f"fitted models are unreliable and their errors unknown: measure more (annette-torch calibrate "
+                      f"... --sweep quick) or give --test-share", FewBenchmarksWarning, stacklevel=2)
     options = dict(min_time_ms=min_time_ms, max_spread=max_spread, min_rows=min_rows,
                    min_learned_rows=min_learned_rows, seed=seed)
 

@@ -48,6 +48,7 @@ from onnx import TensorProto, helper, numpy_helper, shape_inference
 from onnx.reference import ReferenceEvaluator
 
 from ..kinds import KINDS, kind_for_onnx, layer_counts
+from ..validation import regular_file
 from ..kinds.registry import Shape, numel
 from .errors import TraceError, first_line
 from .layer_graph import Layer, LayerGraph
@@ -103,9 +104,7 @@ def _load(path_or_model) -> tuple[onnx.ModelProto, str, str]:
         model.CopyFrom(path_or_model)
         _drop_weight_data(model.graph)
         return model, model.graph.name or "onnx model", ""
-    path = os.fspath(path_or_model)
-    if not os.path.isfile(path):
-        raise ValueError(f"ONNX file not found: {path}")
+    path = os.fspath(regular_file(path_or_model, "ONNX file"))
     try:
         model = onnx.load(path, load_external_data=False)
     except Exception as error:  # noqa: BLE001 - protobuf raises several error types

@@ -19,12 +19,12 @@ field (:mod:`annette_torch.layer_models.adapted`).
 the adapted profile; ``benchmarks/transfer.py`` scores both ways leave-one-device-out.
 """
 from .descriptor import LOCAL_DESCRIPTORS, DeviceDescriptor, local_sources, nearest_source, profile_from_descriptor
-from .fewshot import (MAPPING_NAMES, MAPPINGS, Sample, SourceKernels, adapt_profile, backend_mapping,
+from .fewshot import (MAPPING_NAMES, MAPPINGS, FewSamplesWarning, Sample, SourceKernels, adapt_profile, backend_mapping,
                       choose_correction, choose_source, fit_adaptation, mapping_candidates, mapping_choices,
                       source_kernels)
 from .references import Network, draw, reference_pool
 
-__all__ = ["LOCAL_DESCRIPTORS", "MAPPING_NAMES", "MAPPINGS", "DeviceDescriptor", "Network", "Sample", "SourceKernels",
+__all__ = ["LOCAL_DESCRIPTORS", "MAPPING_NAMES", "MAPPINGS", "DeviceDescriptor", "FewSamplesWarning", "Network", "Sample", "SourceKernels",
            "adapt_profile", "backend_mapping", "choose_correction", "choose_source", "draw", "fit_adaptation",
            "local_sources", "mapping_candidates", "mapping_choices", "nearest_source", "profile_from_descriptor",
            "reference_pool", "source_kernels"]

@@ -11,6 +11,7 @@ from tqdm import tqdm
 
 from ..backends import BackendError, get_backend
 from ..backends.base import torch_threads
+from ..calibration.campaign import check_options
 from ..estimator import Estimator
 from ..graph import trace
 from ..profiles import Profile, builtin_names, load_profile
@@ -72,6 +73,7 @@ def few_shot(sources: Sequence[str], backend_name: str, threads: int, precision:
     (when several are given) and adapt it; the profile's fingerprint is the backend's.
     ``mapping``: "backend" (what the backend declares, :func:`backend_mapping`) or as for
     :func:`adapt_profile`."""
+    check_options(threads, warmup=warmup, repeats=repeats)
     backend = get_backend(backend_name, threads=threads, precision=precision)
     target_mapping = backend_mapping(backend) if mapping == "backend" else mapping
     profiles = [load_profile(s) for s in sources]

@@ -28,18 +28,21 @@ cores used).
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Sequence
 
 from ..layer_models.adapted import Adaptation
+from ..validation import number, read_json
 from ..profiles import Profile, ProfileError, load_profile
 from .fewshot import unadapted
 
 BYTES_PER_ELEMENT = {"f32": 4, "fp32": 4, "bf16": 2, "f16": 2, "fp16": 2, "int8": 1}
+#: the range a descriptor's numbers may take (a microcontroller to a data-centre accelerator
+#: and then some): a value outside is a typo or a unit error, not a device
+PLAUSIBLE = {"frequency_hz": (1e6, 1e11), "peak_ops_s": (1e6, 1e18), "memory_bandwidth_bytes_s": (1e6, 1e16)}
+MAX_THREADS = 4096
 
 
 @dataclass(frozen=True)
@@ -70,13 +73,12 @@ class DeviceDescriptor:
             raise ValueError(f"descriptor field 'precision': expected one of {', '.join(BYTES_PER_ELEMENT)}, "
                              f"got {self.precision!r}")
         if self.threads is not None and (isinstance(self.threads, bool) or not isinstance(self.threads, int)
-                                         or self.threads < 1):
-            raise ValueError(f"descriptor field 'threads': expected a positive integer, got {self.threads!r}")
-        for name in ("frequency_hz", "peak_ops_s", "memory_bandwidth_bytes_s"):
-            value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                      or not math.isfinite(value) or value <= 0):
-                raise ValueError(f"descriptor field {name!r}: expected a positive number or null, got {value!r}")
+                                         or not 1 <= self.threads <= MAX_THREADS):
+            raise ValueError(f"descriptor field 'threads': expected a positive integer up to {MAX_THREADS}, "
+                             f"got {self.threads!r}")
+        for name, (low, high) in PLAUSIBLE.items():
+            if getattr(self, name) is not None:
+                number(getattr(self, name), f"descriptor field {name!r} (a positive number or null)", low, high)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -97,10 +99,7 @@ class DeviceDescriptor:
     @classmethod
     def load(cls, path: str | os.PathLike) -> DeviceDescriptor:
         """Read a descriptor JSON file."""
-        try:
-            data = json.loads(Path(path).read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-            raise ValueError(f"descriptor {path}: not readable as JSON ({error})") from None
+        data = read_json(path, "descriptor")
         try:
             return cls.from_dict(data)
         except (TypeError, ValueError) as error:

@@ -43,6 +43,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import numbers
+import warnings
 from collections.abc import Mapping as MappingABC
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence, Union
@@ -61,6 +62,8 @@ TERM_SETS: tuple[tuple[str, ...], ...] = (
     ("scale", "exponent", "per_kernel"), ("scale", "split", "per_kernel"))
 EXPONENTS = np.round(np.linspace(0.7, 1.3, 25), 3)
 ONE = int(np.flatnonzero(EXPONENTS == 1.0)[0])
+#: fewer measured networks than this adapt with a :class:`FewSamplesWarning`
+FEW_SAMPLES = 3
 SIMPLER_WITHIN = 1.05      # a simpler candidate wins unless the best scores 5 % better
 #: how the target may map layers to kernels, (fusion, optimizes_graph), in order of
 #: preference: as the source does; no fusion but the graph optimized ("unfused"); no
@@ -70,6 +73,10 @@ SOURCE_MAPPING = MAPPINGS[0]
 MappingChoice = tuple[str, Union[bool, None]]     # (fusion, optimizes_graph), one of MAPPINGS
 #: the mappings by name, and "choose" (every one that differs for the source, by leave-one-out)
 MAPPING_NAMES: dict[str, MappingChoice] = {"source": MAPPINGS[0], "unfused": MAPPINGS[1], "eager": MAPPINGS[2]}
+
+
+class FewSamplesWarning(UserWarning):
+    """A profile is adapted to fewer than :data:`FEW_SAMPLES` measured networks."""
 
 
 @dataclass(frozen=True)
@@ -351,6 +358,10 @@ def adapt_profile(source: str | Profile, samples: Sequence[Sample | tuple[LayerG
     if not samples:
         return dataclasses.replace(profile, name=name or profile.name,
                                    fingerprint=dict(fingerprint or profile.fingerprint))
+    if len(samples) < FEW_SAMPLES:
+        warnings.warn(f"adapting {profile.name!r} to {len(samples)} measured network(s): a scale fitted to so few "
+                      f"follows their noise and nothing checks it (leave-one-out needs {FEW_SAMPLES}); measure 10 "
+                      f"(--samples 10)", FewSamplesWarning, stacklevel=2)
     base = unadapted(profile)
     kernels = source_kernels(base, [s.graph for s in samples], mapping_candidates(base, mapping))
     measured = np.array([s.measured_ms for s in samples])
