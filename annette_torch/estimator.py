@@ -78,6 +78,9 @@ class FreeWorkWarning(UserWarning):
     graph compiler removes it (dead, constant or repeated layers)."""
 
 
+#: the longest time one kernel may be estimated at (seconds): 11.6 days; a longer one
+#: comes from broken parameters (a peak of 1e-300), and an estimate refuses it
+MAX_KERNEL_S = 1e6
 #: warn (:class:`FreeWorkWarning`) when layers the compiler removes hold more than this
 #: share of a network's operations
 FREE_OPS_WARNING_SHARE = 0.25
@@ -268,19 +271,20 @@ class Estimator:
                      seconds: np.ndarray) -> float:
         """The sum of the kernel times ``seconds`` (of ``rows`` of ``table``, all of kind
         ``kind``); :class:`EstimateError` naming the first kernel whose time is NaN,
-        infinite or negative and the profile entry that answered it."""
+        negative or above :data:`MAX_KERNEL_S` (infinite included) and the profile entry
+        that answered it."""
         total = float(seconds.sum())
-        if math.isfinite(total) and (seconds >= 0).all():
-            return total
-        flagged = np.flatnonzero(~(np.isfinite(seconds) & (seconds >= 0)))
-        bad = int(flagged[0]) if len(flagged) else int(np.argmax(seconds))    # else: finite times, an infinite sum
+        if total <= MAX_KERNEL_S * len(seconds) and (seconds >= 0).all() and (seconds <= MAX_KERNEL_S).all():
+            return total                                   # (False for NaN, too)
+        flagged = np.flatnonzero(~((seconds >= 0) & (seconds <= MAX_KERNEL_S)))
+        bad = int(flagged[0])
         type_name, entry, _ = self.layer_model(kind)
         where = f" ({self.profile.source})" if self.profile.source else ""
         raise EstimateError(
             f"{graph.model_name or 'the model'}: kernel '{table.names[rows[bad]]}' ({kind}) was estimated at "
             f"{float(seconds[bad]) * 1e3:g} ms by profile {self.profile.name!r}{where}, entry "
-            f"layer_models.{type_name}.{entry}: its parameters give this kernel no finite, non-negative time "
-            f"(too small a peak or bandwidth, an overflowing regressor); fix or refit the profile")
+            f"layer_models.{type_name}.{entry}: its parameters give this kernel no time between 0 and "
+            f"{MAX_KERNEL_S:g} s (too small a peak or bandwidth, an overflowing regressor); fix or refit the profile")
 
     estimate = __call__
 

@@ -86,7 +86,7 @@ def test_sweep_sets_its_own_size_limits(tmp_path):
     (spec,) = load_sweep(tmp_path / "big.csv")
     assert estimate_size(spec)[0] == 32 * 28 * 28 * 128 * 128 * 9 * 2
     (tmp_path / "big.csv").write_text("# max_ops: lots\n" + HEADER + rows)
-    with pytest.raises(SweepError, match="max_ops must be a number, got 'lots'"):
+    with pytest.raises(SweepError, match="max_ops must be a positive number, got 'lots'"):
         load_sweep(tmp_path / "big.csv")
 
 

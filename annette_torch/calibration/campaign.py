@@ -208,15 +208,16 @@ class _Worker:
 def check_options(threads: int = 1, minutes: float | None = None, timeout_s: float | None = None, warmup: int = 5,
                   repeats: int = 25) -> None:
     """:class:`~annette_torch.validation.DataError` naming the option unless ``threads`` and
-    ``repeats`` are positive integers, ``warmup`` a non-negative one, and ``minutes`` and
-    ``timeout_s`` positive numbers (or None: no limit, the backend's timeout). Checked
+    ``repeats`` are positive integers, ``warmup`` a non-negative one, ``minutes`` a
+    non-negative number and ``timeout_s`` a positive one (None: no limit, the backend's
+    timeout). Checked
     before a campaign opens its store: settings that fail every benchmark would record
     them all as failed."""
     integer(threads, "--threads (threads)", 1)
     integer(warmup, "--warmup (warmup)", 0)
     integer(repeats, "--repeats (repeats)", 1)
     if minutes is not None:
-        number(minutes, "--minutes (minutes)", low=0, low_open=True)
+        number(minutes, "--minutes (minutes)", low=0)
     if timeout_s is not None:
         number(timeout_s, "--timeout (timeout_s, seconds per benchmark)", low=0, low_open=True)
 

@@ -154,20 +154,21 @@ class MeasurementStore:
         self.close()
 
     def _repair(self) -> None:
-        """What :func:`read_table` leaves out of a live file is dropped from it for good,
-        and so are the layer rows of uncommitted benchmarks."""
+        """Make the live files what :func:`read_tables` reads: without the lines it leaves
+        out, the rows of benchmarks with damaged layer lines (measured again) and the layer
+        rows of uncommitted benchmarks."""
         for path, columns in ((self.networks_path, NETWORK_COLUMNS), (self.layers_path, LAYER_COLUMNS)):
             if not path.exists() or path.stat().st_size == 0:
                 path.write_text(",".join(columns) + "\n")
-                continue
-            table, dropped = read_table(path, columns)
-            if dropped:
-                _rewrite(path, table, columns)
+        networks, networks_dropped, _ = read_table(self.networks_path, NETWORK_COLUMNS)
+        layers, layers_dropped, damaged = read_table(self.layers_path, LAYER_COLUMNS)
+        keep = ~networks["benchmark"].isin(damaged)
+        if networks_dropped or not keep.all():
+            _rewrite(self.networks_path, networks[keep], NETWORK_COLUMNS)
         committed = self.done()
-        live = read_table(self.layers_path, LAYER_COLUMNS)[0]
-        orphan = ~live["benchmark"].isin(committed)
-        if orphan.any():
-            _rewrite(self.layers_path, live[~orphan], LAYER_COLUMNS)
+        keep = layers["benchmark"].isin(committed) & ~layers["benchmark"].isin(damaged)
+        if layers_dropped or not keep.all():
+            _rewrite(self.layers_path, layers[keep], LAYER_COLUMNS)
 
     def done(self, include_failed: bool = True) -> set[str]:
         """Ids of the committed benchmarks: measured, and unless ``include_failed`` is
@@ -186,11 +187,11 @@ class MeasurementStore:
 
     def networks(self) -> pd.DataFrame:
         """The committed benchmarks, one row each (the last attempt of a retried one)."""
-        return _combined(self.networks_path)
+        return read_tables(self.folder)[0]
 
     def layers(self) -> pd.DataFrame:
         """The layer rows of the committed benchmarks."""
-        return _combined(self.layers_path)
+        return read_tables(self.folder)[1]
 
     def compact(self) -> None:
         """Move all rows into the gzip archives and empty the live files (see module doc)."""
@@ -205,25 +206,29 @@ class MeasurementStore:
 
 _TEXT_COLUMNS = ("benchmark", "family", "spec", "status", "error", "finished_utc", "layer", "kind", "op",
                  "kernel", "kernel_type", "exec_type", "fused_into", "successors", "fusion")
-_COLUMNS = {"networks.csv": NETWORK_COLUMNS, "layers.csv": LAYER_COLUMNS}
 
 
-def read_table(path: Path, columns: tuple[str, ...]) -> tuple[pd.DataFrame, list[str]]:
+def read_table(path: Path, columns: tuple[str, ...]) -> tuple[pd.DataFrame, list[str], set[str]]:
     """One store table (plain or gzip, :data:`~annette_torch.validation.MAX_FILE_BYTES` at
-    most): text columns as text ("" when empty), the others as numbers (NaN when empty),
-    and what was left out. The reader of ``stores``, ``fit`` and a resumed campaign.
+    most): text columns as text ("" when empty), the others as numbers (NaN when empty);
+    what was left out; and the benchmarks whose lines were damaged (as far as a damaged
+    line names one).
 
-    Repaired, with a :class:`StoreRepairWarning` naming the file and lines: a last line
-    without its newline (a row cut by a kill), lines with another number of cells than the
-    header (a row cut short in the middle), lines with a number column that is not a
-    number. Rejected with :class:`StoreError` naming the file: a damaged gzip archive, text
-    that is not UTF-8, a header other than ``columns``."""
+    Repaired, with a :class:`StoreRepairWarning` naming the file, the lines and the
+    benchmarks: a last line without its newline (a row cut by a kill), lines with another
+    number of cells than the header (a row cut short in the middle) or unbalanced quotes,
+    lines with a number column that is not a number. Rejected with :class:`StoreError`
+    naming the file: a damaged gzip archive, text that is not UTF-8, a header other than
+    ``columns``."""
     try:
         data = read_bytes(path, "store file")
         if path.suffix == ".gz":
             data = gzip.decompress(data)
         content = data.decode("utf-8")
-    except (OSError, EOFError, zlib.error, UnicodeDecodeError, DataError) as error:
+    except UnicodeDecodeError as error:
+        raise StoreError(f"{path}: not UTF-8 text (byte {error.start}): damaged; restore it from a copy "
+                         f"(git checkout) or move it away and measure its benchmarks again") from None
+    except (OSError, EOFError, zlib.error, DataError) as error:
         raise StoreError(f"{path}: damaged or unreadable ({first_line(error, with_type=True)}); restore it from a "
                          f"copy (git checkout) or move it away and measure its benchmarks again") from None
     lines = content.split("\n")
@@ -233,17 +238,20 @@ def read_table(path: Path, columns: tuple[str, ...]) -> tuple[pd.DataFrame, list
         missing = [c for c in columns if c not in found]
         raise StoreError(f"{path}: the header must be {header!r}"
                          + (f"; it lacks the column(s) {', '.join(missing)}" if missing else f", got {lines[0]!r}"))
-    dropped: list[str] = []
-    if len(lines) > 1 and lines[-1]:
-        dropped.append(f"the last line {len(lines)}, cut off without its newline")
+    cut = len(lines) > 1 and bool(lines[-1])          # the last line lacks its newline: a kill cut it
     rows, numbers, bad = [], [], []
-    for number, line in enumerate(lines[1:-1], start=2):
+    damaged: set[str] = set()
+    for number, line in enumerate(lines[1:] if cut else lines[1:-1], start=2):
         try:
             cells = next(csv.reader([line], strict=True), [])   # one line each: a cut quote spoils no other row
+            problem = ("cut off without its newline" if cut and number == len(lines) else
+                       f"{len(cells)} of {len(columns)} cells" if len(cells) != len(columns) else "")
         except csv.Error:
-            cells = None
-        if cells is None or len(cells) != len(columns):
-            bad.append((number, "unbalanced quotes" if cells is None else f"{len(cells)} of {len(columns)} cells"))
+            cells, problem = line.split(",", 1), "unbalanced quotes"
+        if problem:
+            bad.append((number, problem))
+            if len(cells) > 1:
+                damaged.add(cells[0])
             continue
         rows.append(cells)
         numbers.append(number)
@@ -254,17 +262,21 @@ def read_table(path: Path, columns: tuple[str, ...]) -> tuple[pd.DataFrame, list
         cells = frame[column].replace("", np.nan)
         wrong |= pd.to_numeric(cells, errors="coerce").isna().to_numpy() & cells.notna().to_numpy()
     bad += [(n, "a number cell that is not a number") for n, flagged in zip(numbers, wrong) if flagged]
+    damaged |= set(frame.loc[wrong, "benchmark"])
     frame = frame[~wrong].reset_index(drop=True)
     for column in columns:
         frame[column] = (pd.to_numeric(frame[column].replace("", np.nan)) if column in numeric
                          else frame[column].astype(str))
-    if bad:
-        listed = ", ".join(f"{n} ({why})" for n, why in sorted(bad)[:5])
-        dropped.append(f"{len(bad)} damaged line(s): {listed}{', ...' if len(bad) > 5 else ''}")
-    if dropped:
-        warnings.warn(f"{path}: left out {'; '.join(dropped)}; their benchmarks count as not measured "
-                      f"(a campaign run again measures them)", StoreRepairWarning, stacklevel=3)
-    return frame, dropped
+    if not bad:
+        return frame, [], damaged
+    listed = ", ".join(f"{n} ({why})" for n, why in sorted(bad)[:5])
+    dropped = [f"line {n}" for n, _ in sorted(bad)]
+    named = sorted(damaged)
+    who = (f"benchmark(s) {', '.join(named[:5])}{', ...' if len(named) > 5 else ''} count as not measured "
+           f"(a campaign run again measures them)" if named else "the benchmark they belonged to is unknown")
+    warnings.warn(f"{path}: left out {len(bad)} damaged line(s): {listed}{', ...' if len(bad) > 5 else ''}; {who}",
+                  StoreRepairWarning, stacklevel=3)
+    return frame, dropped, damaged
 
 
 def _archive(path: Path) -> Path:
@@ -280,20 +292,30 @@ def _rewrite(path: Path, table: pd.DataFrame, columns: tuple[str, ...]) -> None:
         tmp.write_bytes(_table_bytes(table, columns))
 
 
-def _combined(live_path: Path) -> pd.DataFrame:
-    """Archive rows, then the live rows of benchmarks the archive does not hold; for the
-    networks table, one row per benchmark, its last (a retry after a failure)."""
-    columns = _COLUMNS[live_path.name]
-    live = read_table(live_path, columns)[0]
-    archive_path = _archive(live_path)
-    if archive_path.exists():
-        archive = read_table(archive_path, columns)[0]
-        if live_path.name != "networks.csv":
-            live = live[~live["benchmark"].isin(set(archive["benchmark"]))]
-        live = pd.concat([archive, live], ignore_index=True) if len(live) else archive   # keep the archive's dtypes
-    if live_path.name == "networks.csv":
-        live = live.drop_duplicates("benchmark", keep="last").reset_index(drop=True)
-    return live
+def read_tables(folder: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(networks, layers) of a store folder through :func:`read_table`: the archive's rows
+    (``.csv.gz``, if any), then the live rows of benchmarks the archive does not hold
+    (a kill during compaction doubles nothing); the networks one row per benchmark, its
+    last (a retry after a failure). A benchmark with a damaged layer line is left out of
+    the archive or live pair that has it, so that it counts as not measured."""
+    pairs = []
+    for networks_path in (_archive(folder / "networks.csv"), folder / "networks.csv"):
+        layers_path = networks_path.with_name(networks_path.name.replace("networks", "layers"))
+        if networks_path.suffix == ".gz" and not (networks_path.exists() or layers_path.exists()):
+            continue
+        networks = read_table(networks_path, NETWORK_COLUMNS)[0] if networks_path.exists() or \
+            networks_path.suffix != ".gz" else pd.DataFrame(columns=list(NETWORK_COLUMNS))
+        layers, damaged = pd.DataFrame(columns=list(LAYER_COLUMNS)), set()
+        if layers_path.exists() or layers_path.suffix != ".gz":
+            layers, _, damaged = read_table(layers_path, LAYER_COLUMNS)
+        pairs.append((networks[~networks["benchmark"].isin(damaged)], layers[~layers["benchmark"].isin(damaged)]))
+    (networks, layers), archive = pairs[-1], pairs[:-1]
+    if archive:
+        old_networks, old_layers = archive[0]
+        layers = layers[~layers["benchmark"].isin(set(old_layers["benchmark"]))]
+        layers = pd.concat([old_layers, layers], ignore_index=True) if len(layers) else old_layers
+        networks = pd.concat([old_networks, networks], ignore_index=True) if len(networks) else old_networks
+    return networks.drop_duplicates("benchmark", keep="last").reset_index(drop=True), layers.reset_index(drop=True)
 
 
 def read_fingerprint(folder: str | os.PathLike) -> dict[str, Any]:
@@ -317,14 +339,13 @@ def read_fingerprint(folder: str | os.PathLike) -> dict[str, Any]:
 
 def load_measurements(folder: str | os.PathLike) -> tuple[dict[str, Any], pd.DataFrame, pd.DataFrame]:
     """(fingerprint, networks, layers) of one store folder, read-only and without
-    locking, through :func:`read_fingerprint` and :func:`read_table` (which repair or
+    locking, through :func:`read_fingerprint` and :func:`read_tables` (which repair or
     reject damaged files); layer rows of uncommitted benchmarks are left out."""
     folder = Path(folder)
     if not (folder / "fingerprint.json").is_file():
         raise StoreError(f"{folder} is not a measurement store (no fingerprint.json)")
     fingerprint = read_fingerprint(folder)
-    networks = _combined(folder / "networks.csv")
-    layers = _combined(folder / "layers.csv")
+    networks, layers = read_tables(folder)
     return fingerprint, networks, layers[layers["benchmark"].isin(set(networks["benchmark"]))].reset_index(drop=True)
 
 

@@ -1,9 +1,9 @@
 """Capturing an nn.Module (or an ONNX file) as a LayerGraph."""
-from .errors import LayerExecutionError, TraceError
+from .errors import LayerExecutionError, RealRunTooLarge, TraceError
 from .layer_graph import Layer, LayerGraph
 from .trace import trace
 
-__all__ = ["Layer", "LayerExecutionError", "LayerGraph", "TraceError", "import_onnx", "trace"]
+__all__ = ["Layer", "LayerExecutionError", "LayerGraph", "RealRunTooLarge", "TraceError", "import_onnx", "trace"]
 
 
 def __getattr__(name: str):
