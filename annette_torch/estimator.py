@@ -140,19 +140,22 @@ class Estimator:
         return (f"Estimator(profile={self.profile.name!r}, model_type={self.model_type!r}, "
                 f"use_mapping={self.use_mapping}, weights_from_memory={self.weights_from_memory})")
 
-    def graph_of(self, model: nn.Module | LayerGraph, **trace_kwargs: Any) -> LayerGraph:
+    def graph_of(self, model: nn.Module | LayerGraph, *, training: bool | None = None,
+                 **trace_kwargs: Any) -> LayerGraph:
         """``model`` itself if it is a traced graph, else ``trace(model, **trace_kwargs)``
-        (``input_shape=``, ``example_inputs=``, ``leaf_modules=``)."""
+        (``input_shape=``, ``example_inputs=``, ``leaf_modules=``), with a
+        :class:`ModelStateWarning` for a module in train mode when the estimate is not of
+        ``training`` (default: what the profile describes) or of another precision."""
         if isinstance(model, LayerGraph):
             return model
-        self._warn_state(model)
+        self._warn_state(model, self.profile.training is not None if training is None else training)
         return trace(model, **trace_kwargs)
 
-    def _warn_state(self, model: nn.Module) -> None:
-        """:class:`ModelStateWarning` for a module in train mode under an inference profile
+    def _warn_state(self, model: nn.Module, training: bool) -> None:
+        """:class:`ModelStateWarning` for a module in train mode for an inference estimate
         and for floating-point weights of a dtype the profile's precision does not run."""
         name = type(model).__name__
-        if isinstance(model, nn.Module) and model.training and self.profile.training is None:
+        if isinstance(model, nn.Module) and model.training and not training:
             warnings.warn(f"{name} is in train mode: dropout and batch norm are traced as in training, but profile "
                           f"{self.profile.name!r} describes inference; call model.eval() first",
                           ModelStateWarning, stacklevel=4)
@@ -236,7 +239,7 @@ class Estimator:
             for r in rows:
                 types[r], entries[r] = type_name, entry
         return KernelTimes(table, time_ms, bound, moved, types, entries, confidence, outside,
-                           total_s * 1e3 + self.profile.overhead_ms)
+                           self._total_ms(graph, total_s))
 
     def _confidence(self, type_name: str, entry: str, features: np.ndarray) -> tuple[Any, np.ndarray]:
         """(confidence, features outside the calibrated range) of kernels answered by
@@ -265,7 +268,17 @@ class Estimator:
         seconds = 0.0
         for kind, rows, features, layer_model in groups:
             seconds += self._checked_sum(graph, table, kind, rows, layer_model.predict(features)[0])
-        return seconds * 1e3 + self.profile.overhead_ms
+        return self._total_ms(graph, seconds)
+
+    def _total_ms(self, graph: LayerGraph, kernel_s: float) -> float:
+        """``kernel_s`` (the checked sum of the kernel times) in ms plus the profile's
+        ``overhead_ms``; :class:`EstimateError` if that overhead is not a finite number
+        >= 0 (a profile built in Python, which no load validated)."""
+        overhead = self.profile.overhead_ms
+        if not (isinstance(overhead, (int, float)) and 0 <= overhead < math.inf):
+            raise EstimateError(f"{graph.model_name or 'the model'}: profile {self.profile.name!r} has overhead_ms "
+                                f"{overhead!r}; it must be a finite number >= 0")
+        return kernel_s * 1e3 + overhead
 
     def _checked_sum(self, graph: LayerGraph, table: KernelTable, kind: str, rows: np.ndarray,
                      seconds: np.ndarray) -> float:
@@ -369,7 +382,7 @@ class Estimator:
                **trace_kwargs: Any) -> MemoryEstimate:
         """Memory of one inference or training step (``optimizer``: "sgd", "momentum" or
         "adam"), in bytes; see :mod:`annette_torch.memory`."""
-        return estimate_memory(self.graph_of(model, **trace_kwargs), training, optimizer)
+        return estimate_memory(self.graph_of(model, training=training, **trace_kwargs), training, optimizer)
 
     def _warn_free(self, graph: LayerGraph) -> None:
         if not self._folds or not graph.folded:

@@ -350,6 +350,16 @@ def half_line(store: Path) -> None:
     (store / "layers.csv").write_text("".join(lines))
 
 
+def spec_text(spec: Any) -> Callable[[Path], None]:
+    """A tamper that gives benchmark b0 the spec ``spec`` (JSON text or data)."""
+    def tamper(store: Path) -> None:
+        from annette_torch.calibration.store import NETWORK_COLUMNS, _rewrite, read_table
+        networks = read_table(store / "networks.csv", NETWORK_COLUMNS)[0]
+        networks.loc[networks["benchmark"] == "b0", "spec"] = spec if isinstance(spec, str) else json.dumps(spec)
+        _rewrite(store / "networks.csv", networks, NETWORK_COLUMNS)
+    return tamper
+
+
 def write_fingerprint(data: Any) -> Callable[[Path], None]:
     return lambda store: (store / "fingerprint.json").write_text(data if isinstance(data, str) else json.dumps(data))
 
@@ -486,6 +496,13 @@ def adaptation_inf(folder: Path) -> Any:
     return Adaptation(compute_scale=float("inf"))
 
 
+def _nan_overhead_in_memory(folder: Path) -> Any:
+    import dataclasses
+    from annette_torch.profiles import load_profile
+    profile = dataclasses.replace(load_profile(write_profile(folder)), overhead_ms=float("nan"))
+    return Estimator(profile)(small_net(), input_shape=(1, 3, 16, 16))
+
+
 def save_invalid(folder: Path) -> Any:
     import dataclasses
     from annette_torch.profiles import load_profile
@@ -609,6 +626,8 @@ def _estimate_cases() -> list[Case]:
              lambda f: Estimator(write_profile(f, lambda d: (tiny_mixed_peak(d), d.update(training={
                  "optimizer_step": {"sgd": {"per_tensor_ms": 0.01, "per_element_ns": 0.3}}})))).training_step(
                  small_net().train(), input_shape=(1, 3, 16, 16)), match=("kernel", "layer_models.mixed.conv")),
+        Case("estimate", "a Profile built in Python with overhead_ms NaN", _nan_overhead_in_memory,
+             match=("overhead_ms", "nan")),
         Case("estimate", "2-input model given 3 shapes",
              estimate_model(TwoInputs, input_shape=[(1, 3, 8, 8)] * 3), match=("TwoInputs", "2 input", "3 were given")),
         Case("estimate", "1-input model given 2 shapes",
@@ -753,6 +772,14 @@ def _store_cases() -> list[Case]:
         Case("security", "fit: --name '../evil'", fit_store(shipped_store, name="../evil", first=60),
              match=("profile name", "../evil")),
         Case("security", "fit command writes nothing outside --out", fit_cli_outside_out, expect="check"),
+        Case("fit", "a benchmark spec that is not JSON", fit_store(tampered_store(spec_text('{family'))),
+             match=("networks.csv", "'b0'", "spec")),
+        Case("fit", "a benchmark spec of 10**7 channels",
+             fit_store(tampered_store(spec_text({"family": "conv2d", "params": {"c": 10 ** 7, "f": 10 ** 7, "h": 64,
+                                                                                  "k": 3}}))),
+             match=("networks.csv", "'b0'", "operations")),
+        Case("fit", "a benchmark of an unknown family",
+             fit_store(tampered_store(spec_text({"family": "conv9d", "params": {}}))), match=("'b0'", "conv9d")),
         Case("fit", "only failed benchmarks", fit_store(tampered_store(failed_only)),
              match=("no successfully measured",)),
         Case("fit", "15 benchmarks", fit_store(shipped_store, first=15), expect="warning",

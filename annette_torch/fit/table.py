@@ -56,10 +56,35 @@ def load_store(folder, first: int | None = None, sample: int | None = None, seed
         from tqdm import tqdm
         items = tqdm(items, total=len(ok), desc="tracing benchmarks", unit="net")
     for benchmark, spec in items:
-        module, input_shape = build_benchmark(BenchmarkSpec.from_json(spec))
+        module, input_shape = build_benchmark(_checked_spec(folder, benchmark, spec))
         graphs[benchmark] = trace(module, input_shape=input_shape, name=benchmark)
     layers = layers[layers["benchmark"].isin(graphs)].reset_index(drop=True)
     return StoreData(fingerprint, ok, layers, graphs)
+
+
+#: the largest benchmark a store may ask to rebuild (operations, activation elements):
+#: far above any sweep's limits, far below what would exhaust the memory of a fit
+STORE_MAX_OPS, STORE_MAX_ELEMS = 1e13, 1e9
+
+
+def _checked_spec(folder, benchmark: str, text: str) -> BenchmarkSpec:
+    """The spec of a stored benchmark, if it makes a network of at most
+    :data:`STORE_MAX_OPS` operations and :data:`STORE_MAX_ELEMS` activation elements;
+    :class:`~annette_torch.calibration.StoreError` naming the store and benchmark otherwise."""
+    from ..calibration import StoreError
+    from ..calibration.generator import FAMILIES, resolve_params
+
+    try:
+        spec = BenchmarkSpec.from_json(text)
+        ops, elems = FAMILIES[spec.family].size(resolve_params(spec))
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as error:
+        raise StoreError(f"{folder}: networks.csv: benchmark {benchmark!r}: its spec {text[:200]!r} makes no "
+                         f"benchmark network ({type(error).__name__}: {error})") from None
+    if not (ops <= STORE_MAX_OPS and elems <= STORE_MAX_ELEMS):
+        raise StoreError(f"{folder}: networks.csv: benchmark {benchmark!r}: its spec asks for {ops:.3g} operations "
+                         f"and {elems:.3g} activation elements, above the {STORE_MAX_OPS:g} and {STORE_MAX_ELEMS:g} "
+                         f"a fit rebuilds")
+    return spec
 
 
 def held_out(benchmarks, seed: int = 0, share: float = 0.2) -> np.ndarray:

@@ -79,7 +79,7 @@ from typing import Any
 import numpy as np
 
 from ..atomic import atomic_path
-from ..validation import DataError, boolean, number, read_json, text
+from ..validation import DataError, boolean, number, read_bytes, read_json, text
 from ..layer_models import LAYER_MODELS, LayerModel, layer_model_from_dict
 from ..layer_models.adapted import Adaptation
 from ..kinds import FEATURES
@@ -418,9 +418,9 @@ def _read_arrays(path: Path, spec: Any) -> tuple[dict[str, np.ndarray], Path]:
                            f"'sha256': its digest}}, got {spec!r}")
     arrays_path = path.parent / name
     try:
-        blob = arrays_path.read_bytes()
-    except OSError as error:
-        raise ProfileError(f"profile {path}: field 'arrays': cannot read {arrays_path} ({error.strerror}); "
+        blob = read_bytes(arrays_path, "arrays file")
+    except DataError as error:
+        raise ProfileError(f"profile {path}: field 'arrays': cannot read {arrays_path} ({error}); "
                            f"the arrays file travels with the profile, copy both") from None
     if hashlib.sha256(blob).hexdigest() != spec["sha256"]:
         raise ProfileError(f"profile {path}: field 'arrays': {arrays_path} is not the arrays file this profile was "
