@@ -119,6 +119,11 @@ class TorchCpu(Backend):
         with self.step("run"), self._session(model, input_shape) as (on_device, x):
             return self.time_runs(lambda: self._infer(on_device, x), warmup, repeats)
 
+    @contextlib.contextmanager
+    def prepared(self, model: nn.Module, input_shape: Sequence[int]) -> Iterator[Callable[[int, int], Latency]]:
+        with self._session(model, input_shape) as (on_device, x):
+            yield lambda warmup, repeats: self.time_runs(lambda: self._infer(on_device, x), warmup, repeats)
+
     def profile(self, model: nn.Module, input_shape: Sequence[int], layer_paths: Sequence[str],
                 warmup: int = 3, repeats: int = 15) -> Profiled:
         with self.step("run"), self._session(model, input_shape) as (on_device, x):
