@@ -14,15 +14,18 @@ the canary ``REFERENCE_ROUNDS`` times at its start. A session's value for an ite
 
 The default statistic is the 10th percentile (``"p10"``). Evidence:
 ``benchmarks/session_agreement.py`` reads the accuracy benchmark's results files,
-which hold 2 to 8 sessions each of the same 71 networks measured minutes to hours
-apart on this project's shared machine. Between consecutive sessions the mean
-relative difference of the pooled p10 was lower than that of the median in 30 of the
-32 (backend, set, session pair) cases, e.g. 1.1 % against 6.7 % for the NAS-Bench-201
-cells on OpenVINO bf16 (``benchmarks/results/session-agreement.txt``). Noise on a
-shared machine only ever slows a run down, and a low percentile of many runs ignores
-the slowed ones; the minimum of few runs is itself an outlier of the fast tail. The
-statistic is a parameter (:data:`STATISTICS`); calibration stores and ground truth
-record theirs, and a folder is never continued with another.
+which hold 2 to 8 sessions each of the same 71 networks, measured minutes to hours
+apart on this project's shared machine. Between consecutive sessions the pooled p10
+differed less than the median in 27 of 29 (backend, set, session pair) cases, by
+6.0 % against 8.7 % on average, e.g. 1.05 % against 6.71 % for the NAS-Bench-201 cells
+on OpenVINO bf16 (``benchmarks/results/session-agreement.txt``): noise on a shared
+machine only ever slows runs down, and a low percentile of many runs ignores the
+slowed ones, where the minimum is the one luckiest run. The same data says what drift
+correction can do at most: one factor per session pair removes only 0.5 to 1 point of
+those differences; most of the disagreement is noise that hit one network and not the
+others, which is what interleaving spreads out. The statistic is a parameter
+(:data:`STATISTICS`); calibration stores and ground truth record theirs
+(:mod:`.record`), and a folder is never continued with another.
 """
 from __future__ import annotations
 
