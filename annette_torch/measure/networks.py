@@ -27,6 +27,8 @@ from .protocol import REFERENCE_ROUNDS, ItemFailed, Measured, Protocol, Session,
     interleave
 
 Item = tuple[Hashable, Callable[[], nn.Module], Sequence[int]]
+#: seconds the machine check watches /proc/stat for before a session
+CHECK_INTERVAL_S = 1.0
 
 
 @dataclass
@@ -60,11 +62,12 @@ def protocol_canary(backend, protocol: Protocol) -> Iterator[Callable[[], Sequen
 
 
 def check_machine(canary: Callable[[], Sequence[float]] | None, threads: int, warn: bool = True,
-                  interval_s: float = 1.0) -> tuple[MachineState, list[float]]:
+                  interval_s: float | None = None) -> tuple[MachineState, list[float]]:
     """The machine's state (:func:`~.machine_load.machine_state`) with the spread of
     :data:`~.protocol.REFERENCE_ROUNDS` canary timings as its noise, and those runs
-    (empty without a canary); warns when the machine is too busy."""
-    state = machine_state(threads=threads, interval_s=interval_s)
+    (empty without a canary), watching ``interval_s`` (default :data:`CHECK_INTERVAL_S`);
+    warns when the machine is too busy."""
+    state = machine_state(threads=threads, interval_s=CHECK_INTERVAL_S if interval_s is None else interval_s)
     runs = [t for _ in range(REFERENCE_ROUNDS) for t in canary()] if canary is not None else []
     if runs:
         state = dataclasses.replace(state, noise=spread_of(runs))
@@ -74,14 +77,16 @@ def check_machine(canary: Callable[[], Sequence[float]] | None, threads: int, wa
 
 
 def measure_networks(backend, items: Sequence[Item], protocol: Protocol = Protocol(),
-                     reference_ms: float | None = None,
+                     reference_ms: float | None = None, on_start: Callable[[float | None], None] | None = None,
                      on_measured: Callable[[Hashable, Measured], None] | None = None,
                      deadline: float | None = None, progress: bool = True, warn: bool = True) -> NetworkSession:
     """Measure ``items`` (key, builder, input shape) on ``backend`` with ``protocol``.
 
     ``reference_ms``: the canary time to express the times against (a folder's recorded
     reference, :mod:`.record`); default the statistic of the canary's timings at the
-    start. ``on_measured(key, measured)`` is called as soon as a network is done.
+    start. ``on_start(reference_ms)`` is called with the reference in use (None without
+    drift correction) before the first network, ``on_measured(key, measured)`` as soon
+    as a network is done.
     ``deadline``: keep adding rounds until ``time.monotonic()`` passes it. A network the
     backend fails on is dropped with its message in ``failures``."""
     shapes = {key: tuple(shape) for key, _, shape in items}
@@ -104,6 +109,8 @@ def measure_networks(backend, items: Sequence[Item], protocol: Protocol = Protoc
         before, runs = check_machine(canary, backend.threads, warn)
         if runs and reference_ms is None:
             reference_ms = statistic_ms(runs, protocol.statistic)
+        if on_start is not None:
+            on_start(reference_ms if canary is not None else None)
         start = read_cpu_times()
         with tqdm(total=len(shapes) * protocol.rounds, desc=f"measure on {backend.name} ({protocol.rounds} rounds)",
                   unit="run", disable=not progress, file=sys.stderr, dynamic_ncols=True) as bar:

@@ -57,7 +57,7 @@ def new_record(protocol: Protocol) -> dict[str, Any]:
     """A record for measuring with ``protocol`` from now on (no canary reference yet)."""
     return {"statistic": protocol.statistic, "drift": protocol.drift,
             "canary": CANARY_NAME if protocol.drift == "canary" else None, "canary_ms": None,
-            "since": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+            "since": datetime.now(timezone.utc).isoformat(timespec="microseconds")}
 
 
 def differences(record: dict[str, Any], protocol: Protocol, statistic: bool = True) -> list[str]:
