@@ -11,6 +11,7 @@ models run once per kernel kind on arrays).
 from __future__ import annotations
 
 import collections
+import os
 import warnings
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +26,7 @@ from .layer_models.adapted import AdaptedKernels
 from .layer_models.fused_layers import FusedLayers
 from .layer_models.weights_from_memory import WeightsFromMemory
 from .mapping import NO_INPUT_GRAD, KernelTable, map_kernels
+from .measure.kernel_table import MeasuredKernels
 from .memory import MemoryEstimate, estimate_memory
 from .profiles import Profile, load_profile
 from .profiles import check_machine
@@ -72,12 +74,22 @@ class Estimator:
     drops the profile's floor of weight bytes over memory bandwidth per kernel (see
     :mod:`annette_torch.layer_models.weights_from_memory`), for networks whose weights
     stay cached between inferences, such as a calibration benchmark run in a loop.
+    ``measured``: a table of kernels measured in context on this machine (a folder made
+    by ``annette-torch calibrate --for``, or a
+    :class:`~annette_torch.measure.kernel_table.MeasuredKernels`); a kernel it holds takes
+    its measured time instead of the layer models' (``layer_model`` "measured" in
+    :meth:`report`). It must describe the profile's backend, threads and precision.
     """
 
     def __init__(self, profile: str | Profile = DEFAULT_PROFILE, model_type: str | None = None,
-                 use_mapping: bool = True, weights_from_memory: bool = True) -> None:
+                 use_mapping: bool = True, weights_from_memory: bool = True,
+                 measured: str | os.PathLike | MeasuredKernels | None = None) -> None:
         self.profile = load_profile(profile)
         check_machine(self.profile)
+        self.measured = measured if measured is None or isinstance(measured, MeasuredKernels) \
+            else MeasuredKernels.load(measured)
+        if self.measured is not None:
+            self.measured.check_profile(self.profile.fingerprint, self.profile.name)
         if model_type is not None and model_type not in self.profile.layer_models:
             raise ValueError(f"profile {self.profile.name!r} has no {model_type!r} layer models; "
                              f"it has: {', '.join(self.profile.model_types())}")
@@ -93,8 +105,9 @@ class Estimator:
         self._plan_key = ("plan", object())  # this estimator's entry in a graph's cache
 
     def __repr__(self) -> str:
+        measured = f", measured={str(self.measured.folder)!r}" if self.measured is not None else ""
         return (f"Estimator(profile={self.profile.name!r}, model_type={self.model_type!r}, "
-                f"use_mapping={self.use_mapping}, weights_from_memory={self.weights_from_memory})")
+                f"use_mapping={self.use_mapping}, weights_from_memory={self.weights_from_memory}{measured})")
 
     def graph_of(self, model: nn.Module | LayerGraph, **trace_kwargs: Any) -> LayerGraph:
         """``model`` itself if it is a traced graph, else ``trace(model, **trace_kwargs)``
@@ -138,10 +151,20 @@ class Estimator:
         return model
 
     def model_groups(self, table: KernelTable) -> list[tuple[np.ndarray, Any]]:
-        """(row indices, layer model) per kernel kind of ``table``, free kernels left out:
-        what one vectorized prediction per kind needs."""
-        groups = [(kind, rows[~table.free[rows]]) for kind, rows in table.groups.items()]
+        """(row indices, layer model) per kernel kind of ``table``, free and measured
+        kernels left out: what one vectorized prediction per kind needs."""
+        skip = table.free | np.isfinite(self.measured_ms(table))
+        groups = [(kind, rows[~skip[rows]]) for kind, rows in table.groups.items()]
         return [(rows, self.group_model(table, kind, rows)) for kind, rows in groups if len(rows)]
+
+    def measured_ms(self, table: KernelTable) -> np.ndarray:
+        """Per kernel of ``table``: its time measured in context (``measured``), NaN where
+        there is none and for free kernels."""
+        if self.measured is None:
+            return np.full(len(table), np.nan)
+        times = self.measured.lookup(table)
+        times[table.free] = np.nan
+        return times
 
     def kernel_times(self, graph: LayerGraph) -> KernelTimes:
         """Map ``graph`` to kernels and predict each kernel's time."""
@@ -163,6 +186,9 @@ class Estimator:
                 types[r], entries[r] = type_name, entry
         for r in np.flatnonzero(table.free):
             time_ms[r], moved[r], types[r] = 0.0, 0.0, "free"
+        measured = self.measured_ms(table)
+        for r in np.flatnonzero(np.isfinite(measured)):
+            time_ms[r], types[r], entries[r] = measured[r], "measured", "measured"
         self._warn_unknown(graph, table)
         self._warn_free(graph)
         return KernelTimes(table, time_ms, bound, moved, types, entries)
@@ -177,12 +203,14 @@ class Estimator:
         plan = graph._cache.get(self._plan_key)
         if plan is None:
             table = self.kernel_table(graph)
-            plan = [(table.features[rows], model) for rows, model in self.model_groups(table)]
+            plan = ([(table.features[rows], model) for rows, model in self.model_groups(table)],
+                    float(np.nansum(self.measured_ms(table))))
             graph._cache[self._plan_key] = plan
             self._warn_unknown(graph, table)
             self._warn_free(graph)
-        seconds = sum(float(model.predict(features)[0].sum()) for features, model in plan)
-        return seconds * 1e3 + self.profile.overhead_ms
+        groups, measured_ms = plan
+        seconds = sum(float(model.predict(features)[0].sum()) for features, model in groups)
+        return seconds * 1e3 + measured_ms + self.profile.overhead_ms
 
     estimate = __call__
 

@@ -386,18 +386,15 @@ def main() -> None:
     parser.add_argument("--plot", default=None)
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
-    try:
-        protocol = protocol_from(args, DEFAULT_PROTOCOL)
-    except ValueError as error:
-        raise SystemExit(str(error)) from None
-    if protocol.rounds * protocol.repeats < 20:
-        raise SystemExit("--rounds x --repeats must be at least 20 for a stable p10 and median")
     torch.set_num_threads(1)
     nets = networks(args.sets.split(","), args.models.split(",") if args.models else None, args.nb201)
     try:
         backend = get_backend(args.backend, threads=args.threads, precision=args.precision)
+        protocol = protocol_from(args, backend, DEFAULT_PROTOCOL)
     except ValueError as error:
         raise SystemExit(str(error)) from None
+    if protocol.rounds * protocol.repeats < 20:
+        raise SystemExit("--rounds x --repeats must be at least 20 for a stable p10 and median")
     backend.prepare_process()        # this process only measures: set it up as a campaign's worker is
     print(f"measuring protocol: {protocol}")
     start = time.perf_counter()

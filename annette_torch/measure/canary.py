@@ -44,3 +44,12 @@ def canary_timer(backend, warmup: int, repeats: int) -> Iterator[Callable[[], Se
     with backend.prepared(canary_network(), CANARY_INPUT_SHAPE) as timed:
         timed(warmup, 1)
         yield lambda: timed(0, repeats).runs_ms
+
+
+def default_drift(backend) -> str:
+    """"canary" for a backend that times a compiled model again cheaply (it overrides
+    :meth:`~annette_torch.backends.Backend.prepared`), "none" for one that would compile
+    and deploy the canary anew each time (the boards)."""
+    from ..backends.base import Backend
+
+    return "canary" if type(backend).prepared is not Backend.prepared else "none"
