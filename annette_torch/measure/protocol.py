@@ -10,7 +10,9 @@ factor, the geometric mean of the canary before and after it over the canary's
 (``protocol.json``, :mod:`.record`) the first time a folder is measured, so later
 sessions are expressed against the same machine state; without one the session times
 the canary ``REFERENCE_ROUNDS`` times at its start. A session's value for an item is
-``statistic`` of all its corrected runs pooled over the rounds.
+``statistic`` of all its corrected runs pooled over the rounds. ``annette-torch noise``
+shows on a given machine whether the correction pays: the round-to-round differences of
+a few small networks with and without it.
 
 The default statistic is the 10th percentile (``"p10"``). Evidence:
 ``benchmarks/session_agreement.py`` reads the accuracy benchmark's results files,
@@ -72,14 +74,18 @@ class Protocol:
     """How to measure: ``rounds`` interleaved rounds per item, each ``warmup`` untimed
     then ``repeats`` timed inferences; ``statistic`` of the pooled, drift-corrected runs;
     ``drift`` correction "canary" (timed ``canary_repeats`` times before every item) or
-    "none"."""
+    "none". The canary's 20 runs cost a few milliseconds per item and round; on a
+    simulated quiet machine its own noise made corrected rounds 40 % noisier than
+    uncorrected ones with 5 runs and 9 % with 20, while on a drifting one (1 % a second)
+    the correction cut the round-to-round difference from 3.2 % to 0.25 %
+    (``benchmarks/drift_correction.py``)."""
 
     rounds: int = 3
     warmup: int = 5
     repeats: int = 10
     statistic: str = DEFAULT_STATISTIC
     drift: str = "canary"
-    canary_repeats: int = 5
+    canary_repeats: int = 20
 
     def __post_init__(self) -> None:
         for name, low in (("rounds", 1), ("warmup", 0), ("repeats", 1), ("canary_repeats", 1)):
