@@ -14,7 +14,10 @@ calibration's). Measurements are kept in
 rerun skips measured networks unless ``--remeasure``; the newest row of a network wins)
 beside the ``fingerprint.json`` of the backend that took them and the folder's
 ``protocol.json`` (:mod:`annette_torch.measure.record`): rows older than its ``since``
-were taken with another protocol and are measured again. ``median_ms``, ``p10_ms`` and
+were taken with another protocol and are measured again. A folder measured before the
+protocol (no ``protocol.json``) holds rows without drift correction: ``--drift none``
+re-scores them (``--statistic median``: the median of the rounds' medians, ``p10``: the
+pooled p10) without measuring; with the canary everything is measured anew. ``median_ms``, ``p10_ms`` and
 ``p90_ms`` are those of the pooled drift-corrected runs; the ground truth is the column
 of ``--statistic``. Each session appends the machine's state (steal, load, canary
 spread) to ``sessions.jsonl`` there; the report prints it beside the accuracy.
@@ -54,7 +57,7 @@ from annette_torch.calibration.store import fingerprint_folder
 from annette_torch.measure import ItemFailed, Measured, Protocol
 from annette_torch.measure.arguments import add_protocol_arguments, protocol_from
 from annette_torch.measure.networks import measure_networks as measure_with_protocol
-from annette_torch.measure.record import describe, differences, new_record, read_record, write_record
+from annette_torch.measure.record import LEGACY, describe, differences, new_record, read_record, write_record
 from annette_torch.nas.nasbench201 import NB201Network, sample_architectures
 from annette_torch.transfer.references import Network, torchvision_model
 
@@ -122,10 +125,21 @@ def read_measured(folder: str | os.PathLike, since: str | None = None) -> pd.Dat
     return frame.drop_duplicates(["set", "network"], keep="last").reset_index(drop=True)
 
 
-def protocol_record(folder: Path, protocol: Protocol) -> dict:
-    """The folder's protocol record (:mod:`annette_torch.measure.record`), started anew
-    (rows before it no longer count) when it has none or another drift correction."""
+def folder_record(folder: Path) -> dict | None:
+    """The folder's protocol record (:mod:`annette_torch.measure.record`); for a folder
+    measured before records existed, :data:`~annette_torch.measure.record.LEGACY` (its rows
+    hold the median of the rounds' medians and the pooled p10, without drift correction);
+    None for a folder without measurements."""
     record = read_record(folder)
+    if record is None and not read_measured(folder).empty:
+        record = dict(LEGACY)
+    return record
+
+
+def protocol_record(folder: Path, protocol: Protocol) -> dict:
+    """The folder's record, started anew (rows before it no longer count) when it has none
+    or another drift correction."""
+    record = folder_record(folder)
     if record is None or differences(record, protocol, statistic=False):
         record = new_record(protocol)
         write_record(folder, record)
@@ -408,7 +422,7 @@ def main() -> None:
     if measured.empty:
         raise SystemExit("no measurements to evaluate")
     summary = evaluate(args.profile, nets, measured, statistic=protocol.statistic)
-    record = read_record(source.parent)
+    record = folder_record(source.parent)
     sessions = read_sessions(source.parent, record["since"])
     print_report(summary, source, measured, sessions, record)
     if args.json:

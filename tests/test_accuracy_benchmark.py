@@ -118,9 +118,13 @@ def test_rounds_interleave_and_rows_of_another_protocol_are_measured_again(tmp_p
     folder = accuracy.results_folder(tmp_path, backend.fingerprint())
     (folder / "measured.csv").write_text(",".join(accuracy.COLUMNS) + "\n"
                                          "a,small,1x3x8x8,9,8,10,0.2,25,2020-01-01T00:00:00+00:00\n")
+    legacy, _, _ = accuracy.measure_networks(backend, _nets()[:1], tmp_path, Protocol(drift="none", statistic="median"),
+                                             progress=False)
+    assert backend.calls == [] and legacy["median_ms"].tolist() == [9]   # re-scored as it was measured
+    assert not (folder / "protocol.json").exists()
     rows, path, _ = accuracy.measure_networks(backend, _nets(), tmp_path, Protocol(rounds=2, warmup=0, repeats=10),
                                               progress=False)
-    assert backend.calls == ["small", "tiny", "small", "tiny"]          # the legacy row does not count
+    assert backend.calls == ["small", "tiny", "small", "tiny"]          # with the canary the legacy row does not count
     record = json.loads((folder / "protocol.json").read_text())
     assert (record["statistic"], record["drift"], record["canary_ms"]) == ("p10", "canary", 1.0)
     small = rows.set_index("network").loc["small"]
