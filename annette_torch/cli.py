@@ -150,6 +150,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     if not args.out and not args.dry_run:
         raise ValueError("calibrate needs --out DIR (where the measurements go)")
     if args.models is not None:
+        if args.dry_run or args.minutes or args.retry_failed:
+            raise ValueError("--dry-run, --minutes and --retry-failed apply to a --sweep campaign, not to --for")
         return _calibrate_for(args)
     options = {"config": args.config} if args.config else {}
     if args.dry_run:

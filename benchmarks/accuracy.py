@@ -47,12 +47,10 @@ import numpy as np
 import pandas as pd
 import torch
 from scipy.stats import spearmanr
-from tqdm import tqdm
 
 from annette_torch import Estimator, UnknownKindWarning, load_profile, trace
 from annette_torch.atomic import atomic_path
 from annette_torch.backends import get_backend
-from annette_torch.backends.base import BackendError
 from annette_torch.calibration.store import fingerprint_folder
 from annette_torch.measure import ItemFailed, Measured, Protocol
 from annette_torch.measure.arguments import add_protocol_arguments, protocol_from
@@ -134,6 +132,14 @@ def folder_record(folder: Path) -> dict | None:
     if record is None and not read_measured(folder).empty:
         record = dict(LEGACY)
     return record
+
+
+def ground_truth(folder: str | os.PathLike) -> tuple[pd.DataFrame, str]:
+    """The rows of ``folder`` measured under its protocol record, and the statistic the
+    record names as their ground truth (:data:`GROUND_TRUTH` gives its column)."""
+    record = folder_record(Path(folder)) or dict(LEGACY)
+    statistic = record["statistic"] if record["statistic"] in GROUND_TRUTH else DEFAULT_PROTOCOL.statistic
+    return read_measured(folder, record["since"]), statistic
 
 
 def protocol_record(folder: Path, protocol: Protocol) -> dict:
