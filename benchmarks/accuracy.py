@@ -236,7 +236,8 @@ def measure_networks(backend, nets: list[Network], root: str | os.PathLike = RES
                 reference_ms=record.get("canary_ms"), on_start=started,
                 on_measured=lambda key, measured: _append_row(path, _row(todo[key], measured)), progress=progress)
             failures = [f"{key[0]}/{key[1]}: {message}" for key, message in session.failures.items()]
-            _append_session(folder, protocol, session)
+            if session.measured:
+                _append_session(folder, protocol, session)
     measured = read_measured(folder, record["since"])
     wanted = {(n.set, n.name) for n in nets}
     keep = [key in wanted for key in zip(measured["set"], measured["network"])]
