@@ -1,7 +1,9 @@
 """``annette-torch``: estimate a model from the command line, list profiles.
 
-    annette-torch estimate torchvision:resnet50 [--profile P] [--input-shape 1,3,224,224]
-                  [--csv FILE] [--plot FILE.png] [--model-type T] [--no-mapping] [--all] [--measured DIR]
+    annette-torch estimate MODEL [--profile P] [--input-shape 1,3,224,224[;SHAPE...]] [--input-dtype int64]
+                  [--seq-len N] [--example-inputs file.py:function] [--json] [--csv FILE] [--plot FILE.png]
+                  [--model-type T] [--no-mapping] [--all] [--measured DIR]
+        MODEL: torchvision:NAME, timm:NAME, hf:CONFIG_OR_MODEL_CLASS, hf:path/config.json, file.py:factory, model.onnx
     annette-torch profiles
     annette-torch calibrate --backend openvino-cpu --sweep quick --out DIR [--threads N]
                   [--precision P] [--minutes M] [--timeout S] [--config FILE] [--dry-run] [--retry-failed]
@@ -20,15 +22,21 @@ Every measuring command uses the measuring protocol (:mod:`annette_torch.measure
 from __future__ import annotations
 
 import argparse
+import json
+import re
 import sys
 import warnings
 
 import pandas as pd
+import torch
 
 from . import __version__
 from .atomic import atomic_path
 from .estimator import DEFAULT_PROFILE, Estimator
-from .graph import TraceError
+from .graph import LayerGraph, TraceError
+from .kinds import PRODUCT_KINDS
+from .memory import MemoryEstimate
+from .models_source import DEFAULT_SEQ_LEN, trace_model
 from .backends import BackendError
 from .calibration.campaign import REPEATS, ROUNDS
 from .calibration.store import StoreError
@@ -48,8 +56,48 @@ def _shape(text: str) -> tuple[int, ...]:
     return shape
 
 
-def _print_report(report: pd.DataFrame, full: bool) -> None:
-    table = report[["kernel", "kind", "layers", "ops", "time_ms", "layer_model", "bound"]].copy()
+def _shapes(text: str) -> list[tuple[int, ...]]:
+    """One shape per input, separated by ';' (``1,128;1,128``)."""
+    return [_shape(part.strip()) for part in text.split(";")]
+
+
+def _dtypes(text: str) -> list[torch.dtype]:
+    """One dtype for every input, or one per input separated by ';' (``int64;float32``)."""
+    dtypes = []
+    for name in (part.strip() for part in text.replace(",", ";").split(";")):
+        dtype = getattr(torch, name, None)
+        if not isinstance(dtype, torch.dtype):
+            raise argparse.ArgumentTypeError(f"unknown dtype {name!r}; e.g. float32, float16, bfloat16, int64, "
+                                             f"int32, bool")
+        dtypes.append(dtype)
+    return dtypes
+
+
+def _summary(report: pd.DataFrame, graph: LayerGraph) -> dict:
+    """GMACs, parameters and the share of the kernel time answered by fallback models
+    (the profile's ``default`` entry, because it has no model for the kernel's kind)."""
+    ran = report["layer_model"] != "free"
+    fallback = ran & (report["profile_entry"] == "default")
+    kernel_ms = float(report.loc[ran, "time_ms"].sum())
+    if graph.parameter_sizes is not None:
+        parameters = int(sum(graph.parameter_sizes))
+    else:                                            # an ONNX file: the weights its layers hold
+        parameters = int(sum(layer.counts.stored_weight_elems for layer in graph))
+    return {"gmacs": graph.total("ops", kinds=PRODUCT_KINDS) / 2e9, "parameters": parameters,
+            "fallback_share": float(report.loc[fallback, "time_ms"].sum()) / kernel_ms if kernel_ms > 0 else 0.0,
+            "fallback_kinds": sorted(set(report.loc[fallback, "kind"]))}
+
+
+def _count(n: int) -> str:
+    """``11.69 M``, ``82.0 k``, ``512``."""
+    for scale, unit in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if n >= scale:
+            return f"{n / scale:.2f} {unit}"
+    return str(n)
+
+
+def _print_report(report: pd.DataFrame, full: bool, summary: dict) -> None:
+    table = report[["kernel", "kind", "layers", "ops", "time_ms", "layer_model", "profile_entry", "bound"]].copy()
     table["layers"] = [s if len(s) <= 48 else s[:45] + "..." for s in table["layers"]]
     table["ops"] = [f"{v / 1e6:,.2f}M" for v in table["ops"]]
     table["time_ms"] = [f"{v:.4f}" for v in table["time_ms"]]
@@ -63,50 +111,111 @@ def _print_report(report: pd.DataFrame, full: bool) -> None:
     print(f"{len(report)} kernels ({free} free views/identities{' hidden' if not full and free else ''}); "
           f"overhead {report.attrs['overhead_ms']:.3f} ms")
     print(f"total: {report.attrs['total_ms']:.3f} ms  ({report.attrs['model']} on {report.attrs['profile']})")
+    print(f"{summary['gmacs']:.4g} GMACs, {_count(summary['parameters'])} parameters")
+    print(confidence_line(report))
+
+
+def confidence_line(report: pd.DataFrame, kinds_shown: int = 4) -> str:
+    """One line on what the estimate of ``report`` vouches for: the kernels (and their share
+    of the kernel time) outside the calibrated range, naming kinds and features, those a
+    fallback answered, and those whose models have no recorded range."""
+    time = report["time_ms"]
+    total = float(time.sum()) or 1.0
+    executed = report["confidence"] != "free"
+
+    def count(mask) -> str:
+        return f"{int(mask.sum())} kernel{'s' if mask.sum() != 1 else ''}"
+
+    parts = []
+    outside = report["confidence"] == "extrapolated"
+    if outside.any():
+        spans: dict[str, dict[str, list[float]]] = {}
+        for kind in time[outside].groupby(report["kind"][outside]).sum().sort_values(ascending=False).index:
+            for text in report.loc[outside & (report["kind"] == kind), "outside_range"]:
+                for feature, value in re.findall(r"(\w+)=(\S+) \(", text):
+                    spans.setdefault(kind, {}).setdefault(feature, []).append(float(value))
+        listed = [f"{kind} ({', '.join(f'{f}={min(v):g}' + (f'..{max(v):g}' if max(v) > min(v) else '') for f, v in features.items())})"
+                  for kind, features in spans.items()]
+        more = ", ..." if len(listed) > kinds_shown else ""
+        parts.append(f"{count(outside)}, {100 * time[outside].sum() / total:.0f} % of the time, outside the "
+                     f"calibrated range: {', '.join(listed[:kinds_shown])}{more}")
+    for label, what in (("fallback", "by fallback"), ("unranged", "by models with no recorded calibrated range")):
+        mask = report["confidence"] == label
+        if mask.any():
+            kinds = time[mask].groupby(report["kind"][mask]).sum().sort_values(ascending=False).index
+            named = f": {', '.join(kinds[:kinds_shown])}{', ...' if len(kinds) > kinds_shown else ''}" \
+                if label == "fallback" else ""
+            parts.append(f"{count(mask)} ({100 * time[mask].sum() / total:.0f} %) {what}{named}")
+    if not parts:
+        return f"all {count(executed)} inside their calibrated ranges"
+    inside = report["confidence"] == "calibrated"
+    return "; ".join(parts) + (f"; {count(inside)} inside their calibrated ranges" if inside.any() else "")
 
 
 def cmd_estimate(args: argparse.Namespace) -> int:
-    from .models_source import resolve_model
-
-    estimator = Estimator(args.profile, model_type=args.model_type, use_mapping=not args.no_mapping,
-                          measured=args.measured)
-    resolved = resolve_model(args.model, args.input_shape)
-    if resolved.graph is not None:
-        target = resolved.graph
-    else:
-        shape = args.input_shape or resolved.default_input_shape
-        if shape is None:
-            raise SystemExit(f"{args.model}: give --input-shape (e.g. 1,3,224,224)")
-        from .graph import trace
-        if estimator.profile.training is not None:
-            resolved.module.train()      # a training profile estimates training passes
-        target = trace(resolved.module, input_shape=shape, name=resolved.name)
+    shapes = [shape for group in args.input_shape or () for shape in group] or None
+    dtypes = [dtype for group in args.input_dtype or () for dtype in group] or None
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
+        estimator = Estimator(args.profile, model_type=args.model_type, use_mapping=not args.no_mapping,
+                              measured=args.measured)
+        training = estimator.profile.training is not None    # a training profile estimates training passes
+        target = trace_model(args.model, shapes, dtypes, args.seq_len, args.example_inputs, training)
         report = estimator.report(target)
-    _print_report(report, args.all)
-    if estimator.profile.training is not None:
-        optimizer_ms = estimator.optimizer_step(target, args.optimizer)
-        print(f"training step with {args.optimizer}: {report.attrs['total_ms']:.3f} ms forward + backward "
-              f"+ {optimizer_ms:.3f} ms optimizer step = {report.attrs['total_ms'] + optimizer_ms:.3f} ms")
-    if args.memory:
-        _print_memory(estimator, target, args.memory, args.optimizer)
+    summary = _summary(report, target)
+    optimizer_ms = estimator.optimizer_step(target, args.optimizer) if training else None
+    memory = _memory(estimator, target, args.memory, args.optimizer) if args.memory else None
+    say = (lambda text: print(text, file=sys.stderr)) if args.json else print   # --json: stdout is the JSON only
+    if args.json:
+        print(json.dumps(_as_json(report, summary, optimizer_ms, memory, caught), indent=1))
+    else:
+        _print_report(report, args.all, summary)
+        if optimizer_ms is not None:
+            print(f"training step with {args.optimizer}: {report.attrs['total_ms']:.3f} ms forward + backward "
+                  f"+ {optimizer_ms:.3f} ms optimizer step = {report.attrs['total_ms'] + optimizer_ms:.3f} ms")
+        if memory is not None:
+            _print_memory(memory)
     for warning in caught:
         print(f"warning: {warning.message}", file=sys.stderr)
     if args.csv:
         with atomic_path(args.csv) as tmp:
             report.to_csv(tmp, index=False)
-        print(f"wrote {args.csv}")
+        say(f"wrote {args.csv}")
     if args.plot:
         from .plotting import plot_report
-        print(f"wrote {plot_report(report, estimator.profile, args.plot)}")
+        say(f"wrote {plot_report(report, estimator.profile, args.plot)}")
     return 0
 
 
-def _print_memory(estimator: Estimator, target, mode: str, optimizer: str) -> None:
-    """The memory section of ``estimate --memory``: one step's estimated peak and its parts."""
+def _as_json(report: pd.DataFrame, summary: dict, optimizer_ms: float | None, memory: MemoryEstimate | None,
+             caught: list) -> dict:
+    """What ``estimate --json`` prints: the totals, the summary, one object per kernel
+    (the report's columns) and the warnings."""
+    result = {"model": report.attrs["model"], "profile": report.attrs["profile"],
+              "total_ms": report.attrs["total_ms"], "overhead_ms": report.attrs["overhead_ms"], **summary}
+    if optimizer_ms is not None:
+        result["optimizer_step_ms"] = optimizer_ms
+        result["training_step_ms"] = report.attrs["total_ms"] + optimizer_ms
+    if memory is not None:
+        result["memory"] = {"training": memory.training, "optimizer": memory.optimizer,
+                            "total_bytes": memory.total_bytes, "params_bytes": memory.params_bytes,
+                            "activation_peak_bytes": memory.activation_peak_bytes,
+                            "workspace_bytes": memory.workspace_bytes, "grads_bytes": memory.grads_bytes,
+                            "optimizer_bytes": memory.optimizer_bytes}
+    result["kernels"] = json.loads(report.to_json(orient="records"))
+    result["warnings"] = [str(warning.message) for warning in caught]
+    return result
+
+
+def _memory(estimator: Estimator, target: LayerGraph, mode: str, optimizer: str) -> MemoryEstimate:
+    """One step's memory estimate for ``estimate --memory MODE``."""
     training = mode == "training" or (mode == "auto" and estimator.profile.training is not None)
-    memory = estimator.memory(target, training=training, optimizer=optimizer)
+    return estimator.memory(target, training=training, optimizer=optimizer)
+
+
+def _print_memory(memory: MemoryEstimate) -> None:
+    """The memory section of ``estimate --memory``: one step's estimated peak and its parts."""
+    training, optimizer = memory.training, memory.optimizer
     mib = 2 ** 20
     parts = [f"parameters {memory.params_bytes / mib:.1f}",
              f"{'saved activations' if training else 'activation peak'} {memory.activation_peak_bytes / mib:.1f}"]
@@ -250,7 +359,8 @@ def cmd_fit(args: argparse.Namespace) -> int:
     for folder in folders:
         print(f"fitting {folder}")
         profile = fit_profile(folder, name=args.name, seed=args.seed, test_share=args.test_share,
-                              first=args.first, sample=args.sample, progress=True)
+                              first=args.first, sample=args.sample, progress=True,
+                              with_statistical=args.with_statistical)
         print(format_report(profile.fit_metrics))
         path = profile.save(Path(args.out) / f"{profile.name}.json")
         print(f"wrote {path}\n")
@@ -293,9 +403,24 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"annette_torch {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     est = sub.add_parser("estimate", help="estimate one model and print the per-kernel table")
-    est.add_argument("model", help="torchvision:NAME, timm:NAME, path/to/file.py:factory, or model.onnx")
+    est.add_argument("model", help="torchvision:NAME (any task), timm:NAME, hf:CONFIG_OR_MODEL_CLASS (hf:BertConfig, "
+                                   "hf:GPT2LMHeadModel), hf:path/to/config.json, path/to/file.py:factory, or "
+                                   "model.onnx; built with random weights, nothing downloaded")
     est.add_argument("--profile", default=DEFAULT_PROFILE, help=f"profile name or .json path (default {DEFAULT_PROFILE})")
-    est.add_argument("--input-shape", type=_shape, help="e.g. 1,3,224,224 (default: the model's own)")
+    est.add_argument("--input-shape", type=_shapes, action="append",
+                     help="e.g. 1,3,224,224 (default: the model's own); several inputs: repeat the option or "
+                          "separate the shapes by ';' (1,128;1,128)")
+    est.add_argument("--input-dtype", type=_dtypes, action="append",
+                     help="dtype of the inputs (default: the model's own, float32 or int64 token ids), e.g. int64 "
+                          "for token ids; one for all inputs or one per input")
+    est.add_argument("--seq-len", type=_positive_int,
+                     help=f"sequence length of a text model's token ids (default: {DEFAULT_SEQ_LEN})")
+    est.add_argument("--example-inputs", metavar="FILE.py:FUNCTION",
+                     help="the inputs a function returns (a tensor, a tuple of positional arguments, or a dict by "
+                          "name), for anything the shape options cannot say")
+    est.add_argument("--json", action="store_true",
+                     help="print the estimate as JSON (total, GMACs, parameters, fallback share, one object per "
+                          "kernel, warnings) instead of the table")
     est.add_argument("--csv", help="write the per-kernel table to this CSV file")
     est.add_argument("--plot", help="write a time-breakdown and roofline chart to this PNG file")
     est.add_argument("--model-type", help="use this layer-model type (e.g. roofline) instead of the profile's preference")
@@ -359,7 +484,8 @@ def build_parser() -> argparse.ArgumentParser:
     stores.set_defaults(func=cmd_stores)
     fit = sub.add_parser("fit", help="fit a profile (mapping rules, layer models, overhead) to a measurement store")
     fit.add_argument("--data", required=True, help="a store folder, or a folder of stores (one profile each)")
-    fit.add_argument("--out", required=True, help="folder for the profile(s), written as <name>.json")
+    fit.add_argument("--out", required=True,
+                     help="folder for the profile(s), written as <name>.json and its arrays <name>.<digest>.npz")
     fit.add_argument("--name", help="profile name (default: the backend, with -<n>t for more than one thread)")
     fit.add_argument("--seed", type=int, default=0, help="seed of the held-out split and the learners (default 0)")
     fit.add_argument("--test-share", type=float, default=0.2,
@@ -368,6 +494,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="fit on the store's first N benchmarks only (the store as it was; stores are append-only)")
     fit.add_argument("--sample", type=_positive_int,
                      help="fit on N benchmarks drawn at random (seeded by --seed): the learning curve's subsamples")
+    fit.add_argument("--with-statistical", action="store_true",
+                     help="keep the statistical layer models (estimate --model-type statistical); by default they "
+                          "are kept only where the model preference reaches them, which it does not when mixed "
+                          "models cover the same kinds")
     fit.set_defaults(func=cmd_fit)
     adapt = sub.add_parser("adapt", help="adapt a profile to another device from a few measured networks "
                                          "(or from a device descriptor)")
@@ -398,8 +528,18 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except (TraceError, ProfileError, StoreError, BackendError, ValueError, OSError) as error:
-        print(f"annette-torch: error: {error}", file=sys.stderr)
+        print(f"annette-torch: error: {error}{_hint(error)}", file=sys.stderr)
         return 2
+
+
+def _hint(error: Exception) -> str:
+    """What to do about an error the message alone does not say how to fix."""
+    text = str(error)
+    if "'indices'" in text and "FloatTensor" in text:
+        return "\nThe model takes token ids: give --input-dtype int64 (e.g. --input-shape 1,128 --input-dtype int64)"
+    if "that was not given" in text:
+        return "\nGive one --input-shape per input (repeat it, or separate the shapes by ';': '1,3,224,224;1,10')"
+    return ""
 
 
 if __name__ == "__main__":

@@ -6,7 +6,21 @@
 
 A traced :class:`LayerGraph` can be passed instead of a module; estimating an already
 traced graph is the fast path for search loops (mapping is cached on the graph, layer
-models run once per kernel kind on arrays).
+models run once per kernel kind on arrays). ``__call__`` and ``report`` run the same
+per-kind predictions and sum them in the same order: their totals are equal.
+
+Each kernel of a report says what its estimate can vouch for (``confidence``):
+
+* ``calibrated``: a model fitted for its kind, its features inside the range the model
+  was calibrated on (the profile's per-entry ``range``);
+* ``extrapolated``: such a model, some feature outside that range (``outside_range``
+  names them);
+* ``unranged``: such a model, but the profile records no calibrated range for it;
+* ``fallback``: the profile's ``default`` entry answered (a kind without its own model,
+  or a kind no formula claims);
+* ``measured``: measured in context on this machine (``Estimator(measured=...)``, made by
+  ``annette-torch calibrate --for``): the table's time, not a model's;
+* ``free``: a view or a layer the target's compiler removes; it costs nothing.
 """
 from __future__ import annotations
 
@@ -14,10 +28,9 @@ import collections
 import os
 import warnings
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 from torch import nn
 
 from .graph import LayerGraph, trace
@@ -32,7 +45,15 @@ from .profiles import Profile, load_profile
 from .profiles import check_machine
 from .training.optimizers import optimizer_step_ms
 
+if TYPE_CHECKING:
+    import pandas as pd
+
 DEFAULT_PROFILE = "openvino-cpu"   # OpenVINO CPU, 1 thread, f32: calibrated on this project's machine
+# how to get the statistical set a fit left out (annette_torch.fit.generate.fit_profile)
+_STATISTICAL_HINT = ("; a fit keeps the statistical set only when its model preference reaches it or when asked: "
+                     "refit with `annette-torch fit --data STORE --out DIR --with-statistical` (Python: "
+                     "fit_profile(STORE, with_statistical=True)), STORE the measurement store it was fitted on "
+                     "({store}; the stores that built the shipped profiles are in the repository's calibration/data)")
 
 
 class UnknownKindWarning(UserWarning):
@@ -59,6 +80,9 @@ class KernelTimes:
     bytes_moved: np.ndarray
     model_type: list[str]    # which layer-model type answered each kernel ("free" for free ones)
     model_entry: list[str]   # which profile entry (kernel kind or "default") answered it
+    confidence: np.ndarray   # per kernel: calibrated, extrapolated, unranged, fallback or free
+    outside: np.ndarray      # bool (kernels x FEATURES): a feature outside its calibrated range
+    total_ms: float          # what __call__ returns for the graph: kernels + overhead_ms
 
 
 class Estimator:
@@ -92,7 +116,9 @@ class Estimator:
             self.measured.check_profile(self.profile.fingerprint, self.profile.name)
         if model_type is not None and model_type not in self.profile.layer_models:
             raise ValueError(f"profile {self.profile.name!r} has no {model_type!r} layer models; "
-                             f"it has: {', '.join(self.profile.model_types())}")
+                             f"it has: {', '.join(self.profile.model_types())}"
+                             + (_STATISTICAL_HINT.format(store=self.profile.fit_metrics.get("store", "not recorded"))
+                                if model_type == "statistical" else ""))
         self.model_type = model_type
         self.use_mapping = use_mapping
         self.weights_from_memory = weights_from_memory and self.profile.weight_bandwidth_bytes_s is not None
@@ -119,7 +145,7 @@ class Estimator:
     def kernel_table(self, graph: LayerGraph) -> KernelTable:
         """The kernels ``graph`` runs as on this target (cached on the graph)."""
         training = False if self.profile.training is not None else None   # a data batch requires no grad
-        return map_kernels(graph, self._rules, self._folds, training)
+        return map_kernels(graph, self._rules, self._folds, training, self.profile.counting)
 
     def layer_model(self, kernel_kind: str) -> tuple[str, str, Any]:
         """(model type, profile entry, layer model) that answers ``kernel_kind``, with the
@@ -150,10 +176,10 @@ class Estimator:
             model = AdaptedKernels(model, self.profile.adaptation)
         return model
 
-    def model_groups(self, table: KernelTable) -> list[tuple[np.ndarray, Any]]:
-        """(row indices, layer model) per kernel kind of ``table``, free and measured
-        kernels left out: what one vectorized prediction per kind needs."""
-        skip = table.free | np.isfinite(self.measured_ms(table))
+    def model_groups(self, table: KernelTable, skip: np.ndarray | None = None) -> list[tuple[np.ndarray, Any]]:
+        """(row indices, layer model) per kernel kind of ``table``, free kernels (and
+        those ``skip`` marks) left out: what one vectorized prediction per kind needs."""
+        skip = table.free if skip is None else table.free | skip
         groups = [(kind, rows[~skip[rows]]) for kind, rows in table.groups.items()]
         return [(rows, self.group_model(table, kind, rows)) for kind, rows in groups if len(rows)]
 
@@ -166,59 +192,91 @@ class Estimator:
         times[table.free] = np.nan
         return times
 
+    def plan(self, graph: LayerGraph) -> tuple[KernelTable, list[tuple[str, np.ndarray, np.ndarray, Any]], np.ndarray]:
+        """The kernel table of ``graph``, per kernel kind (kind, rows, features, layer
+        model) of its executed kernels the layer models answer, and per kernel its
+        measured time (NaN where the layer models answer): all an estimate of the graph
+        computes. Cached on the graph; the warnings about unknown kinds and free work come
+        once per graph."""
+        plan = graph._cache.get(self._plan_key)
+        if plan is None:
+            table = self.kernel_table(graph)
+            measured = self.measured_ms(table)
+            plan = table, [(table.kinds[rows[0]], rows, table.features[rows], model)
+                           for rows, model in self.model_groups(table, np.isfinite(measured))], measured
+            graph._cache[self._plan_key] = plan
+            self._warn_unknown(graph, table)
+            self._warn_free(graph)
+        return plan
+
     def kernel_times(self, graph: LayerGraph) -> KernelTimes:
-        """Map ``graph`` to kernels and predict each kernel's time."""
-        table = self.kernel_table(graph)
-        time_ms = np.zeros(len(table))
-        bound = np.zeros(len(table), dtype=bool)
-        moved = np.zeros(len(table))
-        types = [""] * len(table)
-        entries = [""] * len(table)
-        for kind, rows in table.groups.items():
+        """Map ``graph`` to kernels and predict each kernel's time and confidence; a
+        kernel measured in context takes its measured time (confidence "measured"), its
+        bound and bytes still from its layer model."""
+        table, groups, measured = self.plan(graph)
+        n = len(table)
+        time_ms, moved = np.zeros(n), np.zeros(n)
+        bound, outside = np.zeros(n, dtype=bool), np.zeros((n, len(FEATURES)), dtype=bool)
+        types, entries = ["free"] * n, [""] * n
+        confidence = np.full(n, "free", dtype=object)
+        total_s = 0.0
+        for kind, rows, feats, model in groups:
             type_name, entry, _ = self.layer_model(kind)
-            model = self.group_model(table, kind, rows)
-            feats = table.features[rows]
             seconds, compute = model.predict(feats)
-            time_ms[rows] = seconds * 1e3
-            bound[rows] = compute
-            moved[rows] = model.bytes_moved(feats)
+            total_s += float(seconds.sum())
+            time_ms[rows], bound[rows], moved[rows] = seconds * 1e3, compute, model.bytes_moved(feats)
+            confidence[rows], outside[rows] = self._confidence(type_name, entry, feats)
             for r in rows:
                 types[r], entries[r] = type_name, entry
-        for r in np.flatnonzero(table.free):
-            time_ms[r], moved[r], types[r] = 0.0, 0.0, "free"
-        measured = self.measured_ms(table)
-        for r in np.flatnonzero(np.isfinite(measured)):
-            time_ms[r], types[r], entries[r] = measured[r], "measured", "measured"
-        self._warn_unknown(graph, table)
-        self._warn_free(graph)
-        return KernelTimes(table, time_ms, bound, moved, types, entries)
+        known = np.isfinite(measured)
+        for rows, model in self.model_groups(table, ~known) if known.any() else ():
+            feats = table.features[rows]
+            bound[rows], moved[rows] = model.predict(feats)[1], model.bytes_moved(feats)
+            time_ms[rows], confidence[rows] = measured[rows], "measured"
+            for r in rows:
+                types[r], entries[r] = "measured", "measured"
+        return KernelTimes(table, time_ms, bound, moved, types, entries, confidence, outside,
+                           total_s * 1e3 + float(np.nansum(measured)) + self.profile.overhead_ms)
+
+    def _confidence(self, type_name: str, entry: str, features: np.ndarray) -> tuple[Any, np.ndarray]:
+        """(confidence, features outside the calibrated range) of kernels answered by
+        ``entry`` of ``type_name``; see the module docstring."""
+        outside = np.zeros(features.shape, dtype=bool)
+        if entry == "default":
+            return "fallback", outside
+        calibrated = self.profile.range_of(type_name, entry)
+        if calibrated is None:
+            return "unranged", outside
+        columns = [FEATURES.index(f) for f in calibrated]
+        low, high = np.array(list(calibrated.values())).T
+        slack = 1e-9 * np.maximum(np.abs(low), np.abs(high))
+        outside[:, columns] = (features[:, columns] < low - slack) | (features[:, columns] > high + slack)
+        return np.where(outside.any(1), "extrapolated", "calibrated"), outside
 
     def __call__(self, model: nn.Module | LayerGraph, **trace_kwargs: Any) -> float:
         """Estimated time of one inference in milliseconds (kernels + per-inference overhead).
 
         The fast path for search loops: per graph, the kernel table and which layer model
-        answers which rows are worked out once; a call is one prediction per kernel kind.
+        answers which rows are worked out once (:meth:`plan`); a call is one prediction
+        per kernel kind.
         """
-        graph = self.graph_of(model, **trace_kwargs)
-        plan = graph._cache.get(self._plan_key)
-        if plan is None:
-            table = self.kernel_table(graph)
-            plan = ([(table.features[rows], model) for rows, model in self.model_groups(table)],
-                    float(np.nansum(self.measured_ms(table))))
-            graph._cache[self._plan_key] = plan
-            self._warn_unknown(graph, table)
-            self._warn_free(graph)
-        groups, measured_ms = plan
-        seconds = sum(float(model.predict(features)[0].sum()) for features, model in groups)
-        return seconds * 1e3 + measured_ms + self.profile.overhead_ms
+        _, groups, measured = self.plan(self.graph_of(model, **trace_kwargs))
+        seconds = 0.0
+        for _, _, features, layer_model in groups:
+            seconds += float(layer_model.predict(features)[0].sum())
+        return seconds * 1e3 + float(np.nansum(measured)) + self.profile.overhead_ms
 
     estimate = __call__
 
     def report(self, model: nn.Module | LayerGraph, **trace_kwargs: Any) -> pd.DataFrame:
-        """One row per kernel: name, kind, absorbed layers, ops, bytes, time, model, bound.
+        """One row per kernel: name, kind, absorbed layers, ops, bytes, time, model, bound,
+        confidence and the features outside the calibrated range (``"c=3 (8..2048)"``).
 
-        ``report.attrs`` holds ``total_ms`` (including ``overhead_ms``) and the profile name.
+        ``report.attrs`` holds ``total_ms`` (including ``overhead_ms``; equal to what
+        ``self(model)`` returns) and the profile name.
         """
+        import pandas as pd  # imported on use: estimating needs no pandas
+
         graph = self.graph_of(model, **trace_kwargs)
         times = self.kernel_times(graph)
         table = times.table
@@ -238,11 +296,22 @@ class Estimator:
             "layer_model": times.model_type,
             "profile_entry": times.model_entry,
             "bound": bound,
+            "confidence": times.confidence,
+            "outside_range": self._outside_text(times),
         })
-        frame.attrs.update(total_ms=float(times.time_ms.sum()) + self.profile.overhead_ms,
+        frame.attrs.update(total_ms=times.total_ms,
                            overhead_ms=self.profile.overhead_ms, profile=self.profile.name,
                            model=graph.model_name)
         return frame
+
+    def _outside_text(self, times: KernelTimes) -> list[str]:
+        """Per kernel, its features outside the calibrated range with that range ("" if none)."""
+        text = [""] * len(times.table)
+        for r in np.flatnonzero(times.outside.any(1)):
+            calibrated = self.profile.range_of(times.model_type[r], times.model_entry[r])
+            text[r] = ", ".join(f"{FEATURES[c]}={times.table.features[r, c]:g} ({calibrated[FEATURES[c]][0]:g}.."
+                                f"{calibrated[FEATURES[c]][1]:g})" for c in np.flatnonzero(times.outside[r]))
+        return text
 
     def training_step(self, model: nn.Module | LayerGraph, optimizer: str = "sgd", **trace_kwargs: Any) -> float:
         """Estimated time of one training step in milliseconds, with a training profile

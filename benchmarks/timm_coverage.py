@@ -154,16 +154,20 @@ def _worker(conn) -> None:
 
 
 class Runner:
-    """A worker process reused across models and replaced when one runs over time."""
+    """A worker process reused across models and replaced when one runs over time;
+    ``worker(conn)`` (default :func:`_worker`) answers model names with table rows,
+    ``failed(name, reason)`` (default :func:`_failed`) is the row of a model that hung or crashed."""
 
-    def __init__(self, timeout: float) -> None:
+    def __init__(self, timeout: float, worker=None, failed=None) -> None:
         self.timeout = timeout
+        self.worker = worker or _worker
+        self.failed = failed or _failed
         self.context = mp.get_context("spawn")
         self.process = None
 
     def _start(self) -> None:
         self.conn, child = self.context.Pipe()
-        self.process = self.context.Process(target=_worker, args=(child,), daemon=True)
+        self.process = self.context.Process(target=self.worker, args=(child,), daemon=True)
         self.process.start()
         if not self.conn.poll(STARTUP_TIMEOUT) or self.conn.recv() != "ready":
             raise RuntimeError(f"the worker process did not start within {STARTUP_TIMEOUT} s")
@@ -180,7 +184,7 @@ class Runner:
         else:
             reason = f"timed out after {self.timeout:g} s"
         self.stop()
-        return _failed(name, reason)
+        return self.failed(name, reason)
 
     def stop(self) -> None:
         if self.process is not None:

@@ -15,7 +15,8 @@ from annette_torch.calibration.sweep import BenchmarkSpec
 from annette_torch.cli import main
 from annette_torch.estimator import Estimator
 from annette_torch.fit import MODEL_TYPES, fit_profile, format_report, learn_rules
-from annette_torch.fit.table import StoreData
+from annette_torch.fit.generate import STATISTICAL_NOTE
+from annette_torch.fit.table import StoreData, load_store
 from annette_torch.fit.unroll import fit_refined_roofline
 from annette_torch.kinds import FEATURES
 from annette_torch.layer_models import RefinedRoofline
@@ -60,6 +61,29 @@ def test_unrolling_of_an_elementwise_kind_is_searched_once_for_its_channels():
     truth = RefinedRoofline(1e9, 1e12, unroll={"c": {"par": 32, "alpha": 1.0}})
     model, records = fit_refined_roofline(features, truth.predict(features)[0], np.ones(len(rows)))
     assert [r.dim for r in records] == ["c"] and model.unroll == {"c": {"par": 32.0, "alpha": 1.0}}
+
+
+def test_roofline_of_an_elementwise_kind_is_one_rate_at_the_ridge_whatever_the_last_digits():
+    """An add does 1 op per 12 bytes in every kernel, so its times fix one rate: the fit
+    puts peak and bandwidth at the ridge (both bounds predict alike), near the truth, and
+    noise in the 12th digit moves them by about as much (the fit that started on the
+    ridge with a finite-difference Jacobian moved 8 % for most such data sets)."""
+    from annette_torch.fit.roofline import fit_roofline
+
+    rng = np.random.default_rng(0)
+    elems = rng.integers(1_000, 2_000_000, 40).astype(float)
+    features = np.zeros((len(elems), len(FEATURES)))
+    features[:, 0], features[:, 1], features[:, 2] = elems, 2 * elems, elems     # ops, inputs, outputs
+    seconds = 12 * elems / 2e10 * np.exp(rng.normal(0, 0.3, len(elems)))
+    model = fit_roofline(features, seconds)
+    compute, memory = model.compute_time(features), model.bytes_moved(features) / model.bandwidth_bytes_s
+    assert compute == pytest.approx(memory, rel=1e-12)
+    assert model.bandwidth_bytes_s == pytest.approx(2e10, rel=0.15)
+    for seed in range(8):
+        noisy = seconds * (1 + 1e-12 * np.random.default_rng(seed).standard_normal(len(seconds)))
+        again = fit_roofline(features, noisy)
+        assert (again.peak_ops_s, again.bandwidth_bytes_s) == pytest.approx(
+            (model.peak_ops_s, model.bandwidth_bytes_s), rel=1e-10)
 
 
 def synthetic_store(windows_fused=(2,)) -> StoreData:
@@ -115,8 +139,10 @@ def fitted(tmp_path_factory):
 def test_fit_on_committed_quick_data_reports_finite_held_out_errors(fitted):
     profile, _ = fitted
     held = profile.fit_metrics["held_out"]
+    # every type is scored; statistical is not kept: mixed covers the same kinds ahead of it
+    assert set(profile.layer_models) == set(MODEL_TYPES) - {"statistical"}
+    assert profile.notes[-1] == STATISTICAL_NOTE
     for type_name in MODEL_TYPES:
-        assert type_name in profile.layer_models
         assert math.isfinite(held["all_kernels_mape"][type_name])
         assert math.isfinite(held["networks"]["mape"][type_name])
     assert math.isfinite(held["mapping_accuracy"])
@@ -132,13 +158,14 @@ def test_fit_on_committed_quick_data_reports_finite_held_out_errors(fitted):
 def test_saved_profile_estimates_exactly_as_the_fitted_one(fitted):
     fitted_profile, path = fitted
     loaded = load_profile(path)
-    assert loaded.to_dict() == fitted_profile.to_dict()
+    assert json.dumps(loaded.to_dict(), default=np.ndarray.tolist) == \
+        json.dumps(fitted_profile.to_dict(), default=np.ndarray.tolist)
     graphs = [trace(build_benchmark(BenchmarkSpec(family, params))[0].eval(), input_shape=shape)
               for family, params, shape in (
                   ("residual", {"c": 32, "h": 28, "k": 3}, (1, 32, 28, 28)),
                   ("dw_separable", {"c": 24, "f": 48, "h": 56, "k": 3}, (1, 24, 56, 56)),
                   ("mlp", {"c": 64, "f": 256, "h": 16}, (1, 16, 64)))]
-    for type_name in MODEL_TYPES:
+    for type_name in loaded.layer_models:
         for graph in graphs:
             assert Estimator(loaded, model_type=type_name)(graph) == Estimator(fitted_profile, model_type=type_name)(graph)
 
@@ -146,13 +173,17 @@ def test_saved_profile_estimates_exactly_as_the_fitted_one(fitted):
 def test_fit_command_writes_the_profile_and_prints_its_report(tmp_path, capsys):
     if TORCH_STORE is None:
         pytest.skip("no committed torch-cpu store under calibration/data")
-    assert main(["fit", "--data", str(TORCH_STORE), "--out", str(tmp_path), "--first", "60", "--name", "mine"]) == 0
+    assert main(["fit", "--data", str(TORCH_STORE), "--out", str(tmp_path), "--first", "60", "--name", "mine",
+                 "--with-statistical"]) == 0
     profile = load_profile(tmp_path / "mine.json")
     assert profile.name == "mine" and profile.fit_metrics["first_benchmarks"] == 60
+    assert "statistical" in profile.layer_models and profile.model_preference[:2] == ("mixed", "statistical")
+    assert len(list(tmp_path.glob("mine.*.npz"))) == 1
     assert "held-out kernel MAPE" in capsys.readouterr().out
 
 
 def test_truncated_or_tampered_profile_fails_with_a_clear_error(fitted, tmp_path):
+    """(Tampered arrays: tests/test_profile_storage.py.)"""
     _, path = fitted
     text = path.read_text()
     truncated = tmp_path / "truncated.json"
@@ -161,17 +192,15 @@ def test_truncated_or_tampered_profile_fails_with_a_clear_error(fitted, tmp_path
         load_profile(truncated)
 
     data = json.loads(text)
-    kind, entry = next((k, e) for k, e in data["layer_models"]["mixed"].items() if e["regressor"]["type"] == "trees")
+    kind = next(k for k, e in data["layer_models"]["mixed"].items() if e["regressor"]["type"] == "trees")
     cases = [
-        (lambda r: r["trees"][0]["left"].__setitem__(0, 10 ** 6), "child index"),
-        (lambda r: r["trees"][0]["value"].pop(), "same, non-zero length"),
         (lambda r: r.__setitem__("inputs", r["inputs"][:-1]), "inputs"),
         (lambda r: r.__setitem__("depth", r["depth"] + 1), "depth"),
     ]
     for tamper, message in cases:
         broken = json.loads(text)
         tamper(broken["layer_models"]["mixed"][kind]["regressor"])
-        target = tmp_path / "tampered.json"
+        target = path.parent / "tampered.json"          # beside the arrays file it names
         target.write_text(json.dumps(broken))
         with pytest.raises(ProfileError, match=rf"layer_models\.mixed\.{kind}.*{message}"):
             load_profile(target)
@@ -333,13 +362,97 @@ def held_out_summary(metrics: dict) -> dict:
     return flat
 
 
+def fit_platform() -> dict:
+    """What decides a fit's last digits: the OpenBLAS kernels in use and the numerical libraries."""
+    import scipy
+    import sklearn
+    import threadpoolctl
+
+    blas = sorted({info.get("architecture") for info in threadpoolctl.threadpool_info()
+                   if info.get("internal_api") == "openblas"})
+    return {"openblas_core": blas, "numpy": np.__version__, "scipy": scipy.__version__, "scikit-learn": sklearn.__version__}
+
+
+#: Tolerance (relative) on the recorded figures when only the OpenBLAS core type differs.
+#: Measured on the recording machine (Zen 4, SkylakeX kernels) by refitting under
+#: OPENBLAS_CORETYPE=Haswell (Zen runs the same kernels), Sandybridge and Prescott (runs
+#: as Katmai), and under Zen with numpy's AVX-512 loops off as well
+#: (NPY_DISABLE_CPU_FEATURES="X86_V4 AVX512_ICL": a Zen 3 as far as this machine can be
+#: one): the 62 figures differed by at most 2.2e-16 relative. Measured times perturbed
+#: in memory moved them by at most 3e-11 relative (1e-12 relative noise on each time, 3
+#: seeds) and 8.4e-10 (all times times 1 + 5e-11, the drift of the gap fit's scale
+#: between code paths before it got its exact Jacobian). 1e-8 is ten times the largest.
+OTHER_BLAS_REL = 1e-8
+
+
 def test_fit_on_committed_quick_data_reproduces_its_recorded_held_out_errors(fitted):
-    """The torch-cpu quick sweep, fitted again, scores exactly what was recorded when the
-    fitting method last changed on purpose (re-record with
-    ``python tests/test_fit.py --record`` after such a change, and say why in the commit)."""
+    """The torch-cpu quick sweep, fitted again, scores what was recorded when the fitting
+    method last changed on purpose (re-record with ``python tests/test_fit.py --record``
+    after such a change, and say why in the commit): to 1e-12 on the recording platform,
+    to :data:`OTHER_BLAS_REL` under another OpenBLAS core type; with other numpy, scipy or
+    scikit-learn versions the figures may legitimately differ and the check is skipped."""
     profile, _ = fitted
     recorded = json.loads(RECORDED.read_text())
-    assert held_out_summary(profile.fit_metrics) == pytest.approx(recorded, rel=1e-6, nan_ok=True)
+    here, there = fit_platform(), recorded["platform"]
+    versions = [k for k in ("numpy", "scipy", "scikit-learn") if here[k] != there[k]]
+    if versions:
+        pytest.skip(f"fixture recorded with {', '.join(f'{k} {there[k]}' for k in versions)}, here "
+                    f"{', '.join(here[k] for k in versions)}: install with -c .ci/constraints.txt")
+    rel = 1e-12 if here == there else OTHER_BLAS_REL
+    assert held_out_summary(profile.fit_metrics) == pytest.approx(recorded["held_out"], rel=rel, nan_ok=True)
+
+
+@pytest.fixture(scope="module")
+def quick_store():
+    if TORCH_STORE is None:
+        pytest.skip("no committed torch-cpu store under calibration/data")
+    return load_store(TORCH_STORE, first=QUICK)
+
+
+def _fit_held_out(monkeypatch, data: StoreData):
+    """The quick sweep's held-out pass fitted on ``data`` (a store read once, changed in memory)."""
+    from annette_torch.fit import generate
+
+    monkeypatch.setattr(generate, "load_store", lambda *args, **kwargs: data)
+    return fit_profile(TORCH_STORE, first=QUICK, refit_all=False)
+
+
+def _roofline_params(profile) -> dict:
+    """Every roofline's peak and bandwidth, keyed ``type/kind/parameter``."""
+    return {f"{type_name}/{kind}/{name}": value for type_name in ("roofline", "refined_roofline")
+            for kind, m in profile.layer_models[type_name].items()
+            for name, value in (("peak", m.peak_ops_s), ("bandwidth", m.bandwidth_bytes_s))}
+
+
+def test_fit_is_stable_under_last_digit_noise(fitted, quick_store, monkeypatch):
+    """Measured times changed by relative noise of 1e-12 (last-digit noise, as other BLAS
+    code paths leave in fitted numbers): every held-out figure moves by well under a
+    point (by under 1e-9 points in fact), peaks and bandwidths by 1e-10 relative, and
+    unrolling, learners and fusion rules stay."""
+    held = held_out_summary(fitted[0].fit_metrics)
+    fits = []
+    for seed in range(3):
+        rng = np.random.default_rng(seed)
+        noisy = lambda frame, columns: frame.assign(**{c: frame[c] * (1 + 1e-12 * rng.standard_normal(len(frame)))
+                                                       for c in columns})
+        data = StoreData(quick_store.fingerprint, noisy(quick_store.networks, ["time_ms", "layers_sum_ms"]),
+                         noisy(quick_store.layers, ["time_ms"]), quick_store.graphs)
+        fits.append(_fit_held_out(monkeypatch, data))
+        summary = held_out_summary(fits[-1].fit_metrics)
+        moved = {k: abs(summary[k] - v) for k, v in held.items() if v == v}
+        assert max(moved.values()) < 1e-6, max(moved.items(), key=lambda kv: kv[1])
+    first = fits[0]
+    for profile in fits[1:]:
+        assert _roofline_params(profile) == pytest.approx(_roofline_params(first), rel=1e-10)
+        assert profile.mapping == first.mapping
+        assert _choices(profile) == _choices(first)
+
+
+def _choices(profile) -> dict:
+    """Per kind: its unrolling and the learners chosen for it."""
+    return {kind: (model.unroll, {t: profile.layer_models[t][kind].learner for t in ("statistical", "mixed")
+                                  if kind in profile.layer_models.get(t, {})})
+            for kind, model in profile.layer_models["refined_roofline"].items()}
 
 
 if __name__ == "__main__":
@@ -347,21 +460,23 @@ if __name__ == "__main__":
 
     if sys.argv[1:] == ["--record"]:
         profile = fit_profile(TORCH_STORE, first=QUICK)
-        RECORDED.write_text(json.dumps(held_out_summary(profile.fit_metrics), indent=1, sort_keys=True) + "\n")
+        RECORDED.write_text(json.dumps({"platform": fit_platform(), "held_out": held_out_summary(profile.fit_metrics)},
+                                       indent=1, sort_keys=True) + "\n")
         print(f"recorded {RECORDED}")
 
 
 def test_exported_tree_learners_predict_as_scikit_learn_does():
-    """The JSON tree ensembles a profile stores predict what the fitted scikit-learn
-    models predict (up to the 9 significant digits stored)."""
+    """The tree ensembles a profile stores predict what the fitted scikit-learn models
+    predict (up to the 9 significant digits stored), given the targets the learners see
+    (rounded to their step)."""
     from sklearn.ensemble import GradientBoostingRegressor, RandomForestRegressor
 
-    from annette_torch.fit.learners import fit_learner
+    from annette_torch.fit.learners import fit_learner, round_targets
     from annette_torch.layer_models.regressors import REGRESSION_INPUTS
 
     rng = np.random.default_rng(0)
     x = rng.normal(size=(400, len(REGRESSION_INPUTS)))
-    y, weights = 2 * x[:, 0] + np.sin(x[:, 1]) + 0.1 * rng.normal(size=400), np.ones(400)
+    y, weights = round_targets(2 * x[:, 0] + np.sin(x[:, 1]) + 0.1 * rng.normal(size=400)), np.ones(400)
     references = {"gradient_boosting": (GradientBoostingRegressor(n_estimators=200, max_depth=4, learning_rate=0.06,
                                                                   subsample=0.8, init="zero", random_state=0), y.mean()),
                   "random_forest": (RandomForestRegressor(n_estimators=60, max_leaf_nodes=48, min_samples_leaf=2,

@@ -425,7 +425,8 @@ def test_embedding_with_integer_inputs(one_layer):
     assert graph.method == "fx" and graph.input_shapes == ((4, 12),)
     emb = one_layer(graph, "embedding")
     assert emb.input_shapes == ((4, 12),) and emb.output_shapes == ((4, 12, 64),)
-    assert emb.counts.weight_elems == 1000 * 64 and emb.counts.ops == 0
+    assert emb.counts.weight_elems == 4 * 12 * 64 and emb.counts.ops == 0   # the rows it gathers
+    assert emb.counts.stored_weight_elems == 1000 * 64                       # the table it holds
     assert emb.attrs == {"num_embeddings": 1000, "embedding_dim": 64}
     assert one_layer(graph, "linear").parents == (emb.name,)
     # A single tensor is accepted as example_inputs too.

@@ -17,11 +17,13 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
-import onnx
-import onnxruntime as ort
+
+if TYPE_CHECKING:
+    import onnx
+    import onnxruntime as ort
 
 from .base import KernelRecord, OnnxBackend, register_backend
 
@@ -39,9 +41,13 @@ class OnnxRuntimeCpu(OnnxBackend):
     name = "onnxruntime-cpu"
 
     def runtime_version(self) -> str:
+        import onnxruntime as ort  # imported on use: importing annette_torch loads no runtime
+
         return ort.__version__
 
     def session_options(self) -> ort.SessionOptions:
+        import onnxruntime as ort
+
         options = ort.SessionOptions()
         options.intra_op_num_threads = self.threads
         options.inter_op_num_threads = 1
@@ -51,6 +57,8 @@ class OnnxRuntimeCpu(OnnxBackend):
         return options
 
     def compile_onnx(self, path: str | os.PathLike) -> ort.InferenceSession:
+        import onnxruntime as ort
+
         return ort.InferenceSession(str(path), self.session_options(), providers=["CPUExecutionProvider"])
 
     def runner(self, compiled: ort.InferenceSession, x: np.ndarray) -> Callable[[], object]:
@@ -58,6 +66,9 @@ class OnnxRuntimeCpu(OnnxBackend):
         return lambda: compiled.run(None, feed)
 
     def profile_onnx(self, path: Path, x: np.ndarray, warmup: int, repeats: int) -> list[KernelRecord]:
+        import onnx
+        import onnxruntime as ort
+
         with tempfile.TemporaryDirectory(prefix="annette_ort_") as folder:
             options = self.session_options()
             options.enable_profiling = True

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
-import openvino as ov
+
+if TYPE_CHECKING:
+    import openvino as ov
 
 from .base import KernelRecord, OnnxBackend, register_backend
 
@@ -26,19 +28,27 @@ class OpenVinoCpu(OnnxBackend):
     precisions = ("f32", "bf16", "f16")
 
     def runtime_version(self) -> str:
+        import openvino as ov  # imported on use: importing annette_torch loads no runtime
+
         return ov.get_version()
 
     def compile_onnx(self, path: str | os.PathLike, perf_count: bool = False) -> ov.CompiledModel:
+        import openvino as ov
+
         config = {"INFERENCE_NUM_THREADS": self.threads, "INFERENCE_PRECISION_HINT": self.precision,
                   "PERFORMANCE_HINT": "LATENCY", "PERF_COUNT": perf_count}
         return ov.Core().compile_model(str(path), "CPU", config)
 
     def runner(self, compiled: ov.CompiledModel, x: np.ndarray) -> Callable[[], object]:
+        import openvino as ov
+
         request = compiled.create_infer_request()
         request.set_input_tensor(ov.Tensor(x))
         return lambda: request.infer(share_outputs=True)
 
     def profile_onnx(self, path: Path, x: np.ndarray, warmup: int, repeats: int) -> list[KernelRecord]:
+        import openvino as ov
+
         compiled = self.compile_onnx(path, perf_count=True)
         originals = {}
         for op in compiled.get_runtime_model().get_ordered_ops():

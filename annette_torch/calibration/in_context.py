@@ -39,6 +39,7 @@ from typing import Any, Sequence
 
 import numpy as np
 import onnx
+import torch
 from tqdm import tqdm
 
 from ..atomic import atomic_path
@@ -177,17 +178,25 @@ class _Network:
 
 
 def _resolve(spec: str, input_shape: tuple[int, ...] | None) -> _Network:
+    """The network a spec names, traced at ``input_shape`` (default: its own); backends
+    feed one float input, so models with several inputs or token ids are refused."""
     from ..models_source import resolve_model
 
     resolved = resolve_model(spec, input_shape)
     if resolved.graph is not None:
-        return _Network(resolved.name, resolved.graph, None, spec)
-    shape = input_shape or resolved.default_input_shape
-    if shape is None:
-        raise ValueError(f"{spec}: give --input-shape (e.g. 1,3,224,224)")
-    with torch_threads(1):
-        graph = trace(resolved.module, input_shape=shape, name=resolved.name)
-    return _Network(resolved.name, graph, resolved.module, None)
+        graph, module = resolved.graph, None
+    else:
+        shapes = [tuple(input_shape)] if input_shape else list(resolved.input_shapes)
+        if len(shapes) != 1 or resolved.token_inputs or resolved.input_dtype != torch.float32:
+            raise ValueError(f"{spec}: calibrate --for measures networks of one float input (what the backends "
+                             f"feed); give --input-shape for one, e.g. 1,3,224,224")
+        with torch_threads(1):
+            graph = trace(resolved.module, input_shape=shapes[0], name=resolved.name)
+        module = resolved.module
+    if len(graph.input_shapes) != 1:
+        raise ValueError(f"{spec}: calibrate --for measures networks of one input; this one has "
+                         f"{len(graph.input_shapes)}")
+    return _Network(resolved.name, graph, module, spec if module is None else None)
 
 
 @contextlib.contextmanager

@@ -1,7 +1,7 @@
 """The model generator: a measurement store in, a fitted profile out.
 
     profile = fit_profile("calibration/data/openvino-cpu-1t-f32-...")
-    profile.save("profiles/openvino-cpu.json")
+    profile.save("profiles/openvino-cpu.json")     # and its arrays, profiles/openvino-cpu.<digest>.npz
     print(format_report(profile.fit_metrics))
 
 Steps (each in its own module):
@@ -22,8 +22,9 @@ Steps (each in its own module):
    layer reads what a conv wrote, in the layout the conv wrote it (OpenVINO's blocked
    channels), not the plain layout of a network input;
 6. kinds are fitted on their plain kernels (nothing fused, or only batch norms folded
-   into the weights); the kernels with fused layers then give each fused layer kind's
-   cost per output element (:mod:`.fused`);
+   into the weights), and each kind's entries record the range of kernel features they
+   were fitted on (:mod:`.ranges`); the kernels with fused layers then give each fused
+   layer kind's cost per output element (:mod:`.fused`);
 7. the rate at which weights arrive from memory (:mod:`.weights`): in a real network a
    kernel's weights were evicted from the caches by the rest of the network since the
    last inference, so a kernel takes at least its weight bytes over that rate; fitted on
@@ -41,6 +42,7 @@ again on every benchmark; its ``fit_metrics`` hold the held-out scores and choic
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,11 +56,13 @@ from ..kinds import FEATURES, PRODUCT_KINDS
 from ..layer_models import LayerModel, RefinedRoofline
 from ..mapping import FusionRule
 from ..profiles import Profile
+from ..profiles.profile import Range
 from ..training.optimizers import fit_optimizer_steps
 from .fused import costly_members, fit_fused_costs, is_plain
 from .kinds import KindFit, fit_kind, learner_errors, mape
 from .mapping import PairDecision, describe_rule, learn_rules, rule_accuracy
 from .overhead import Gap, fit_gap
+from .ranges import calibrated_ranges
 from .roofline import as_plain, fit_roofline
 from .table import StoreData, held_out, kernel_table, load_store, runtime_kernels_ms
 from .weights import fit_weight_bandwidth
@@ -77,6 +81,7 @@ class _Pass:
     gap: Gap
     kernels: pd.DataFrame
     fits: dict[str, KindFit]
+    ranges: dict[str, Range]
     default: RefinedRoofline
     weight_bandwidth: tuple[float | None, dict]
     fused_costs: tuple[dict[str, float], dict]
@@ -91,9 +96,10 @@ def _xy(table: pd.DataFrame, scale: float) -> tuple[np.ndarray, np.ndarray]:
     return table[list(FEATURES)].to_numpy(), table["time_ms"].to_numpy() * scale / 1e3
 
 
-def _fit_pass(data: StoreData, train: set[str], min_time_ms: float, max_spread: float, min_rows: int,
-              min_learned_rows: int, seed: int) -> _Pass:
-    """Rules, gap and layer models fitted on the benchmarks in ``train``."""
+def _selected(data: StoreData, train: set[str], min_time_ms: float, max_spread: float,
+              min_rows: int) -> tuple[tuple[FusionRule, ...], list[PairDecision], Gap, pd.DataFrame]:
+    """Steps 2-4 on the benchmarks in ``train``: rules, their decisions, the gap, and the
+    usable kernel rows of every benchmark (``train`` marking the fitted ones)."""
     rules, decisions = learn_rules(data, train)
     fitted = data.networks.index.isin(train)
     gap = fit_gap(*(data.networks[c].to_numpy()[fitted] for c in ("time_ms", "layers_sum_ms", "kernels")))
@@ -104,7 +110,13 @@ def _fit_pass(data: StoreData, train: set[str], min_time_ms: float, max_spread: 
     # see the module doc, step 5: layers other than products are fitted (and scored) in context
     context_kinds = {kind for kind, group in kernels[kernels["train"]].groupby("kind")
                      if kind not in PRODUCT_KINDS and (~group["reads_input"]).sum() >= min_rows}
-    kernels = kernels[~(kernels["kind"].isin(context_kinds) & kernels["reads_input"])]
+    return rules, decisions, gap, kernels[~(kernels["kind"].isin(context_kinds) & kernels["reads_input"])]
+
+
+def _fit_pass(data: StoreData, train: set[str], min_time_ms: float, max_spread: float, min_rows: int,
+              min_learned_rows: int, seed: int) -> _Pass:
+    """Rules, gap and layer models fitted on the benchmarks in ``train``."""
+    rules, decisions, gap, kernels = _selected(data, train, min_time_ms, max_spread, min_rows)
     rows = kernels[kernels["train"]]
     plain = is_plain(rows)
     fits = {}
@@ -122,9 +134,19 @@ def _fit_pass(data: StoreData, train: set[str], min_time_ms: float, max_spread: 
         fit = fits.get(kind)
         model = default if fit is None else fit.models[next(t for t in PREFERENCE if t in fit.models)]
         modelled[index] = model.predict(features[index])[0]
-    return _Pass(rules, decisions, gap, kernels, fits, default,
+    return _Pass(rules, decisions, gap, kernels, fits, calibrated_ranges(rows[plain], min_rows), default,
                  fit_weight_bandwidth(rows, gap.scale, default.bit_weights),
                  fit_fused_costs(fused, modelled, seconds, min_rows))
+
+
+def store_ranges(store: StoreData | str | os.PathLike, min_time_ms: float = 0.005, max_spread: float = 1.0,
+                 min_rows: int = 3) -> dict[str, Range]:
+    """Kind -> calibrated range (:mod:`.ranges`) of the layer models :func:`fit_profile`
+    fits on every benchmark of ``store`` (a store folder or loaded :class:`StoreData`)
+    with these options: the ranges a profile fitted on the store records."""
+    data = store if isinstance(store, StoreData) else load_store(store)
+    _, _, _, kernels = _selected(data, set(data.networks.index), min_time_ms, max_spread, min_rows)
+    return calibrated_ranges(kernels[is_plain(kernels)], min_rows)
 
 
 def _backend_flag(data: StoreData, flag: str) -> bool:
@@ -153,9 +175,11 @@ def _profile(name: str, data: StoreData, fitted: _Pass, fit_metrics: dict, notes
     models: dict[str, dict[str, LayerModel]] = {t: {} for t in MODEL_TYPES}
     models["roofline"]["default"] = as_plain(fitted.default)
     models["refined_roofline"]["default"] = fitted.default
+    ranges: dict[str, dict[str, Range]] = {}
     for kind, fit in sorted(fitted.fits.items()):
         for type_name, model in fit.models.items():
             models[type_name][kind] = model
+            ranges.setdefault(type_name, {})[kind] = fitted.ranges[kind]
     models = {t: m for t, m in models.items() if m}
     fp = data.fingerprint
     return Profile(
@@ -165,7 +189,7 @@ def _profile(name: str, data: StoreData, fitted: _Pass, fit_metrics: dict, notes
         fused_cost_s_per_elem=fitted.fused_costs[0], optimizes_graph=_backend_flag(data, "optimizes_graph"),
         training=training, description=(f"fitted on {len(data.networks)} benchmarks of {fp.get('backend')} {fp.get('runtime_version')}, "
                      f"{fp.get('threads')} thread(s), {fp.get('precision')}"),
-        fit_metrics=fit_metrics, notes=notes)
+        fit_metrics=fit_metrics, notes=notes, ranges=ranges)
 
 
 def _kernel_scores(profile: Profile, test: pd.DataFrame, scale: float) -> dict[str, Any]:
@@ -252,7 +276,8 @@ TRAINING_NOTE = ("A training profile: each kernel's time is its layer's forward 
 def fit_profile(store_folder: str | os.PathLike, name: str | None = None, seed: int = 0,
                 test_share: float = 0.2, min_time_ms: float = 0.005, max_spread: float = 1.0,
                 min_rows: int = 3, min_learned_rows: int = 20, refit_all: bool = True,
-                first: int | None = None, sample: int | None = None, progress: bool = False) -> Profile:
+                first: int | None = None, sample: int | None = None, progress: bool = False,
+                with_statistical: bool = False) -> Profile:
     """Fit a profile to a measurement store (see the module doc for every step).
 
     ``name`` defaults to the backend (``-<n>t`` added for more than one thread); the
@@ -260,7 +285,9 @@ def fit_profile(store_folder: str | os.PathLike, name: str | None = None, seed: 
     ``first`` fits on the store's first benchmarks only (stores are append-only, so
     this reproduces a fit of the store as it was); ``sample`` fits on that many of them
     drawn at random (seeded by ``seed``), as a campaign cut short by ``--minutes`` would
-    have measured them (campaigns run the sweep in a shuffled order).
+    have measured them (campaigns run the sweep in a shuffled order). The statistical
+    models are fitted and scored always, but kept only ``with_statistical`` or when the
+    model preference reaches them (:func:`without_unreached_statistical`).
     """
     data = load_store(store_folder, first=first, sample=sample, seed=seed, progress=progress)
     if data.networks.empty:
@@ -296,7 +323,24 @@ def fit_profile(store_folder: str | os.PathLike, name: str | None = None, seed: 
                for kind, fit in sorted(final.fits.items())})
     training = _training(store_folder)
     notes = list(NOTES) + ([TRAINING_NOTE] if training else [])
-    return _profile(name, data, final, metrics, notes, training)
+    profile = _profile(name, data, final, metrics, notes, training)
+    return profile if with_statistical else without_unreached_statistical(profile)
+
+
+STATISTICAL_NOTE = ("The statistical layer models were fitted and scored (fit_metrics.held_out) but not kept: the "
+                    "model preference answers every kind they cover with another type. Refit with "
+                    "--with-statistical (fit_profile(..., with_statistical=True)) to keep them.")
+
+
+def without_unreached_statistical(profile: Profile) -> Profile:
+    """``profile`` without its statistical set (and a note saying so) when its model
+    preference answers no kernel kind with it; else ``profile`` itself."""
+    if "statistical" not in profile.layer_models or profile.reaches("statistical"):
+        return profile
+    return dataclasses.replace(
+        profile, layer_models={t: m for t, m in profile.layer_models.items() if t != "statistical"},
+        model_preference=tuple(t for t in profile.model_preference if t != "statistical"),
+        notes=[*profile.notes, STATISTICAL_NOTE])
 
 
 def _cell(value: float) -> str:

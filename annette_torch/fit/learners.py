@@ -1,15 +1,26 @@
 """The scikit-learn model types a statistical or mixed layer model is chosen from, and
-their export to the JSON regressors of :mod:`annette_torch.layer_models.regressors`.
+their export to the stored regressors of :mod:`annette_torch.layer_models.regressors`.
 
 Every learner maps :func:`regression_inputs` (log features) to a log time (statistical)
 or a log ratio of measured to refined-roofline time (mixed):
 
 * ``gradient_boosting``: 200 depth-4 trees, each on a random 80% of the rows;
-* ``random_forest``: 60 trees of at most 48 leaves (small enough to store as JSON);
+* ``random_forest``: 60 trees of at most 48 leaves (small enough to ship in a profile);
 * ``ridge``: a linear model on the log features, i.e. a power law in the features.
 
 :func:`choose_learner` picks the one with the lowest cross-validated error on the
 training rows only, so the held-out rows stay unseen until the final check.
+
+Targets are rounded to multiples of :data:`TARGET_STEP` before any learner sees them.
+A tree's split is the one of largest gain, and many gains tie exactly: every feature
+that separates a node's rows the same way (any feature that tells a node's two rows
+apart) gains the same, and which one wins is decided by the rounding of the gain's
+sums. Those splits differ on unseen kernels, so a change in the targets' 15th digit
+(as another BLAS code path in the gap or roofline fit makes) moved a kind's held-out
+MAPE by up to 13 points. The step, 2**-12 in log time (0.02 % of a kernel's time), is
+some 500 times finer than the stored kernels' median run-to-run spread (10-20 %, p90 -
+p10 over median) and ten million times coarser than such changes (1e-11 at most), so
+the learners see the same numbers on any machine.
 """
 from __future__ import annotations
 
@@ -21,6 +32,8 @@ from sklearn.linear_model import Ridge
 from sklearn.model_selection import KFold
 
 from ..layer_models.regressors import LinearRegressor, TreeEnsemble, regressor_from_dict
+
+TARGET_STEP = 2.0 ** -12   # the targets' resolution (log time; see the module doc)
 
 
 def _gradient_boosting(x: np.ndarray, y: np.ndarray, w: np.ndarray, seed: int) -> TreeEnsemble:
@@ -51,7 +64,9 @@ LEARNERS: dict[str, Callable[[np.ndarray, np.ndarray, np.ndarray, int], TreeEnse
 
 
 def _export_trees(trees: list, factor: float, base: float) -> TreeEnsemble:
-    """scikit-learn trees as one padded :class:`TreeEnsemble`, leaf values times ``factor``."""
+    """scikit-learn trees as one padded :class:`TreeEnsemble`, leaf values times ``factor``;
+    thresholds and values at the 9 significant digits profiles stored them with in version
+    1, so a refit of the same store gives the same, already shipped, models."""
     width = max(t.node_count for t in trees)
     shape = (len(trees), width)
     feature = np.full(shape, -1, dtype=np.intp)
@@ -65,14 +80,24 @@ def _export_trees(trees: list, factor: float, base: float) -> TreeEnsemble:
         left[i, :n], right[i, :n] = t.children_left[:n], t.children_right[:n]
         value[i, :n] = np.where(leaf, t.value[:n, 0, 0] * factor, 0.0)
     depth = max(t.max_depth for t in trees)
-    return TreeEnsemble(base, feature, threshold, left, right, value, depth)
+    return TreeEnsemble(base, feature, _nine_digits(threshold), left, right, _nine_digits(value), depth)
+
+
+def _nine_digits(values: np.ndarray) -> np.ndarray:
+    return np.array([float(f"{v:.9g}") for v in values.ravel()]).reshape(values.shape)
 
 
 def fit_learner(name: str, x: np.ndarray, y: np.ndarray, weights: np.ndarray,
                 seed: int = 0) -> TreeEnsemble | LinearRegressor:
     """Fit learner ``name`` on inputs ``x``, targets ``y``, and return it exported, as it
-    reads back from its JSON form (so a saved profile predicts exactly as the fitted one)."""
-    return regressor_from_dict(LEARNERS[name](x, y, weights, seed).to_dict())
+    reads back from its stored form (so a saved profile predicts exactly as the fitted one);
+    ``y`` is rounded to :data:`TARGET_STEP` first (see the module doc)."""
+    return regressor_from_dict(LEARNERS[name](x, round_targets(y), weights, seed).to_dict())
+
+
+def round_targets(y: np.ndarray) -> np.ndarray:
+    """``y`` rounded to the nearest multiple of :data:`TARGET_STEP` (exactly: a power of two)."""
+    return np.round(y / TARGET_STEP) * TARGET_STEP
 
 
 def choose_learner(x: np.ndarray, y: np.ndarray, weights: np.ndarray,

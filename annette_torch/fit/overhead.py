@@ -54,8 +54,9 @@ def fit_gap(end_to_end_ms: np.ndarray, kernels_ms: np.ndarray, kernels: np.ndarr
     def relative(params: np.ndarray) -> np.ndarray:
         return (params[0] + params[1] * x + params[2] * k - y) / y
 
+    design = np.stack([np.ones_like(y), x, k], axis=1) / y[:, None]     # the exact Jacobian
     start = np.array([max(float(np.median(y - x)), 0.0), 1.0, 0.0])
-    result = least_squares(relative, start, loss="soft_l1", f_scale=0.05,
+    result = least_squares(relative, start, jac=lambda params: design, loss="soft_l1", f_scale=0.05,
                            bounds=([0.0, 1e-3, -1.0], [np.inf, np.inf, 0.0]))
     overhead, scale, per_kernel = (float(v) for v in result.x)
     return Gap(overhead, scale, per_kernel, int(len(y)), float(100 * np.mean(np.abs(x - y) / y)),

@@ -13,7 +13,10 @@ columns that always equal d in this kind, such as f = c of an elementwise layer)
 earlier one is not searched again), and keeps the pair that minimises
 the weighted squared log error with a free scale per sweep (only the shape of the
 staircase matters, not the level, which the roofline's peak sets afterwards). A
-dimension gets unrolling only when that lowers the error by :data:`MIN_GAIN`.
+dimension gets unrolling only when that lowers the error by :data:`MIN_GAIN`. A
+candidate must beat the best so far by the relative margin :data:`TIE`: pairs that
+predict the sweeps alike tie, and the first (smaller ``par``, then ``alpha``) wins,
+whatever the last digits of their errors.
 """
 from __future__ import annotations
 
@@ -28,6 +31,7 @@ from ..layer_models.roofline import UNROLL_DIMS
 PAR_CANDIDATES = (1, 2, 4, 8, 16, 32, 64)
 ALPHAS = np.round(np.linspace(0.0, 1.0, 21), 2)
 MIN_GAIN = 0.1
+TIE = 1e-9
 _DIMS = ("n", "h", "w", "c", "f", "kh", "kw", "stride", "groups")
 
 
@@ -95,7 +99,7 @@ def find_unroll(features: np.ndarray, seconds: np.ndarray, weights: np.ndarray, 
                 break
             for alpha in ALPHAS[1:]:
                 e = error(without | {dim: {"par": float(par), "alpha": float(alpha)}})
-                if e < best[0] - 1e-12:
+                if e < best[0] * (1 - TIE):
                     best = (e, par, float(alpha))
         kept = best[1] > 1 and best[0] < (1 - MIN_GAIN) * base
         unroll = without | ({dim: {"par": float(best[1]), "alpha": best[2]}} if kept else {})

@@ -3,10 +3,14 @@
 Shapes are propagated on the ``meta`` device (no data, no arithmetic): leaf modules are
 shallow-copied with meta parameters, attributes fetched from the model become meta
 tensors of the same shape. The user's model is never modified. When an op has no meta
-implementation the caller retries with real tensors (``device="cpu"``).
+implementation the caller retries with real tensors (``device="cpu"``). FX traces a
+:func:`detached_copy` too: a forward that fills a cache (timm's attention-bias caches in
+LeViT, EfficientFormer, TinyViT) fills the copy's, so every trace of a model sees it as
+the user left it.
 """
 from __future__ import annotations
 
+import copy
 import inspect
 import operator
 from typing import Any, Callable
@@ -30,8 +34,11 @@ class _LayerTracer(fx.Tracer):
         return isinstance(m, self.extra_leaves) or is_leaf_module(m)
 
 
-def symbolic_trace(model: nn.Module, leaf_modules: tuple[type, ...] = (), num_inputs: int = 1) -> fx.Graph:
-    """The FX graph of ``model``; raises whatever FX raises when it cannot trace.
+def symbolic_trace(model: nn.Module, leaf_modules: tuple[type, ...] = (),
+                   num_inputs: int = 1) -> tuple[fx.Graph, nn.Module]:
+    """The FX graph of ``model`` and the module its ``get_attr`` nodes name (a
+    :func:`detached_copy` of ``model`` that also holds the tensor constants FX
+    recorded); raises whatever FX raises when it cannot trace. ``model`` is unchanged.
 
     A model that is itself a leaf (``nn.MultiheadAttention``, a class in ``leaf_modules``)
     is one ``call_module`` node on ``num_inputs`` inputs, as it would be inside a network.
@@ -41,22 +48,27 @@ def symbolic_trace(model: nn.Module, leaf_modules: tuple[type, ...] = (), num_in
         inputs = tuple(graph.placeholder(f"input_{i}") for i in range(num_inputs))
         name = "".join(f"_{c.lower()}" if c.isupper() else c for c in type(model).__name__).lstrip("_")
         graph.output(graph.create_node("call_module", "", inputs, name=name or "layer"))
-        return graph
-    return _LayerTracer(leaf_modules).trace(model)
+        return graph, model
+    root = detached_copy(model, clone_buffers=False)    # FX runs no op on them
+    return _LayerTracer(leaf_modules).trace(root), root
 
 
-def detached_copy(module: nn.Module, meta: bool = False) -> nn.Module:
+def detached_copy(module: nn.Module, meta: bool = False, clone_buffers: bool = True) -> nn.Module:
     """A shallow copy of ``module`` to run instead of it: with ``meta`` its parameters and
     buffers are meta tensors; otherwise it shares the parameters and holds copies of the
-    buffers, so that running it (batch-norm statistics in train mode, buffers updated in
-    place) leaves ``module`` unchanged."""
+    buffers (``clone_buffers=False``: shares them too), so that running it (batch-norm
+    statistics in train mode, buffers updated in place) leaves ``module`` unchanged. Its
+    plain containers (dicts, lists, sets: a forward's caches) are copies too, so a run
+    that fills them fills only the copy's."""
     clone = object.__new__(type(module))
-    clone.__dict__ = module.__dict__.copy()
+    clone.__dict__ = {k: copy.copy(v) if isinstance(v, (dict, list, set)) else v
+                      for k, v in module.__dict__.items()}
     clone._parameters = {k: nn.Parameter(v.to("meta"), v.requires_grad) if meta and v is not None else v
                          for k, v in module._parameters.items()}
-    clone._buffers = {k: None if v is None else v.to("meta") if meta else v.clone()
+    clone._buffers = {k: None if v is None else v.to("meta") if meta else v.clone() if clone_buffers else v
                       for k, v in module._buffers.items()}
-    clone._modules = {k: None if v is None else detached_copy(v, meta) for k, v in module._modules.items()}
+    clone._modules = {k: None if v is None else detached_copy(v, meta, clone_buffers)
+                      for k, v in module._modules.items()}
     return clone
 
 
@@ -83,6 +95,18 @@ def _is_wrapped_function(target: Any) -> bool:
     """A Python function from outside torch in the graph: FX keeps those whole only when
     they are ``torch.fx.wrap``-ed (timm's ``maybe_add_mask``, ...)."""
     return inspect.isfunction(target) and (target.__module__ or "").split(".")[0] != "torch"
+
+
+def _plain(value: Any) -> Any:
+    """``value`` with FX's immutable argument lists and dicts made the plain lists and dicts
+    the traced code passed (torchvision's swin3d ``_get_window_and_shift_size`` writes into them)."""
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if type(value) is tuple:
+        return tuple(_plain(v) for v in value)
+    return value
 
 
 #: ops whose result shares its first argument's storage: a write into it writes there
@@ -173,8 +197,9 @@ def run_graph(graph: fx.Graph, root: nn.Module, inputs: list[torch.Tensor],
         try:
             result = None
             if kind.name == "unknown" and _is_wrapped_function(target):
-                result, inner, inner_sources, inner_written = record_call(fn, args, kwargs, inputs_with_source,
-                                                           node.name, _module_path(node))
+                result, inner, inner_sources, inner_written = record_call(fn, _plain(args), _plain(kwargs),
+                                                                          inputs_with_source, node.name,
+                                                                          _module_path(node))
             elif meta:
                 tensors = tensor_leaves((args, kwargs))
                 if tensors and all(t.device.type == "meta" for t in tensors):

@@ -3,12 +3,14 @@ from __future__ import annotations
 
 import collections
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 import numpy as np
-import pandas as pd
 
 from ..kinds import FEATURES, KINDS, LayerCounts
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 @dataclass(frozen=True)
@@ -155,6 +157,8 @@ class LayerGraph:
 
     def to_frame(self) -> pd.DataFrame:
         """One row per layer: name, kind, op, module, shapes, parents and the features."""
+        import pandas as pd  # imported on use: tracing and estimating need no pandas
+
         frame = pd.DataFrame(self.features, columns=list(FEATURES))
         frame.insert(0, "name", [layer.name for layer in self.layers])
         frame.insert(1, "kind", [layer.kind for layer in self.layers])

@@ -19,6 +19,7 @@ from typing import Sequence
 
 import torch
 from torch import nn
+from torch.utils._pytree import tree_leaves, tree_map_only
 
 from .eager_capture import eager_capture
 from .errors import LayerExecutionError, TraceError, first_line
@@ -32,8 +33,9 @@ def _as_inputs(input_shape, example_inputs, device: str) -> list[torch.Tensor]:
     if example_inputs is not None:
         if isinstance(example_inputs, torch.Tensor):
             example_inputs = (example_inputs,)
-        tensors = list(example_inputs)
-        return [t.to("meta") if device == "meta" and isinstance(t, torch.Tensor) else t for t in tensors]
+        if device != "meta":
+            return list(example_inputs)
+        return [tree_map_only(torch.Tensor, lambda t: t.to("meta"), value) for value in example_inputs]
     if input_shape is None:
         raise ValueError("trace() needs input_shape=(N, C, H, W) (or a list of shapes) or example_inputs=(...)")
     if isinstance(input_shape, (int, str)) or len(input_shape) == 0:
@@ -65,7 +67,8 @@ def trace(model: nn.Module, input_shape: ShapeLike | Sequence[ShapeLike] | None 
     """Capture ``model`` as a :class:`LayerGraph` (see the module docstring).
 
     ``input_shape`` is one shape or a list of shapes (float32 zeros are used);
-    ``example_inputs`` are real tensors (use them for integer inputs, e.g. token ids).
+    ``example_inputs`` are the forward's positional arguments: real tensors (use them for
+    integer inputs, e.g. token ids), lists of tensors, or other values passed as they are.
     ``leaf_modules`` are module classes to record whole instead of tracing into them.
     The model is put in neither train nor eval mode: call ``model.eval()`` first for
     inference estimates (dropout and batch-norm behave as in the mode it is in).
@@ -83,19 +86,19 @@ def trace(model: nn.Module, input_shape: ShapeLike | Sequence[ShapeLike] | None 
 
     def graph(captured, method: str) -> LayerGraph:
         layers, outputs, written = captured
-        shapes = tuple(tuple(t.shape) for t in meta_inputs if isinstance(t, torch.Tensor))
+        shapes = tuple(tuple(t.shape) for t in tree_leaves(meta_inputs) if isinstance(t, torch.Tensor))
         trainable = tuple(p.numel() for p in model.parameters() if p.requires_grad)
         return LayerGraph(layers, shapes, method, label, parameter_sizes=trainable, outputs=outputs,
                           written=written)
 
     try:
-        fx_graph = symbolic_trace(model, leaves, len(meta_inputs))
+        fx_graph, fx_root = symbolic_trace(model, leaves, len(meta_inputs))
     except Exception as fx_error:  # noqa: BLE001 - FX failures lead to the eager fallback
         fx_graph = None
         fx_failure = fx_error
     if fx_graph is not None:
         try:
-            return graph(run_graph(fx_graph, model, meta_inputs, "meta"), "fx")
+            return graph(run_graph(fx_graph, fx_root, meta_inputs, "meta"), "fx")
         except LayerExecutionError as error:
             if not _is_meta_limitation(error.original or error):
                 raise
@@ -103,7 +106,7 @@ def trace(model: nn.Module, input_shape: ShapeLike | Sequence[ShapeLike] | None 
             raise TraceError(f"{label}: an op has no meta implementation and the model's weights are "
                              f"on the meta device; build the model on the CPU to trace it")
         real_inputs = _as_inputs(input_shape, example_inputs, str(real_device))
-        return graph(run_graph(fx_graph, model, real_inputs, str(real_device)), "fx-real")
+        return graph(run_graph(fx_graph, fx_root, real_inputs, str(real_device)), "fx-real")
 
     failures = [f"torch.fx: {first_line(fx_failure, with_type=True)}"]
     for device in ("meta", str(real_device)):

@@ -137,8 +137,8 @@ class Softmax(_Activation):
 class UnaryMath(_Activation):
     """Pointwise math without a dedicated kind (exp, sqrt, abs, ...)."""
     name = "unary"
-    ops = ("exp", "log", "sqrt", "rsqrt", "abs", "neg", "pow", "erf", "sin", "cos",
-           "reciprocal", "square", "sign", "floor", "ceil", "round",
+    ops = ("exp", "log", "log2", "log10", "log1p", "expm1", "sqrt", "rsqrt", "abs", "neg", "pow", "erf",
+           "sin", "cos", "reciprocal", "square", "sign", "floor", "ceil", "round",
            "invert", "bitwise_not")
     onnx_ops = ("Exp", "Log", "Sqrt", "Abs", "Neg", "Pow", "Erf", "Sin", "Cos", "Reciprocal",
                 "Sign", "Floor", "Ceil", "Round", "Not")

@@ -12,9 +12,10 @@ siblings in this package. A kind declares
 * ``count``: operations (2 per multiply-accumulate) and the dimensions the layer
   models need (``h``, ``w``, ``c``, ``f``, ``kh``, ``kw``, ``stride``, ``groups``).
 
-Element counts (input, output, weight elements) are the same for every kind and are
-computed once in :func:`layer_counts` from the shapes; a kind only supplies ``ops`` and
-its dimensions. Adding a kind is one new class; nothing else changes.
+Element counts (input, output, weight elements) are computed once in :func:`layer_counts`
+from the shapes; a kind supplies ``ops`` and its dimensions, and ``read_elems`` when its
+kernel reads less than all of its operands (an embedding gathers rows of its table).
+Adding a kind is one new class; nothing else changes.
 """
 from __future__ import annotations
 
@@ -39,13 +40,23 @@ def numel(shape: Sequence[int]) -> int:
 
 @dataclass(frozen=True)
 class LayerCounts:
-    """What the layer models need to know about one layer (ops count 2 per MAC)."""
+    """What the layer models need to know about one layer (ops count 2 per MAC).
+
+    ``input_elems`` and ``weight_elems`` are what the kernel reads; ``stored_weight_elems``
+    is what its weights hold in memory (more than it reads for an embedding; the same as
+    ``weight_elems`` when not given).
+    """
 
     ops: float
     input_elems: int
     output_elems: int
     weight_elems: int
     dims: dict[str, int] = field(default_factory=dict)
+    stored_weight_elems: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.stored_weight_elems is None:
+            object.__setattr__(self, "stored_weight_elems", self.weight_elems)
 
     def row(self) -> tuple[float, ...]:
         """Values in :data:`FEATURES` order (missing dimensions are 1)."""
@@ -81,6 +92,12 @@ class LayerKind:
     def dims(self, attrs: dict, in_shapes: list[Shape], out_shapes: list[Shape]) -> dict[str, int]:
         """Layer-model dimensions; by default those of the first output (NC[D]HW / N..C)."""
         return default_dims(out_shapes[0] if out_shapes else ())
+
+    def read_elems(self, attrs: dict, in_shapes: list[Shape], input_elems: int,
+                   weight_elems: int) -> tuple[int, int]:
+        """(input, weight) elements the kernel reads, given those its operands and
+        parameters hold; by default all of them."""
+        return input_elems, weight_elems
 
     def meta_output(self, attrs: dict, tensors: list[Any], kwargs: dict) -> Any | None:
         """The output on the meta device without running the op, or None to run it.
@@ -221,13 +238,16 @@ def layer_counts(kind: LayerKind, attrs: dict, in_shapes: list[Shape], out_shape
     inputs. ``module_weight_elems`` adds the parameters and buffers of a leaf module.
     """
     flags = list(is_weight) + [False] * (len(in_shapes) - len(is_weight))
-    dims = kind.dims(attrs, in_shapes, out_shapes)
+    inputs = sum(numel(s) for s, w in zip(in_shapes, flags) if not w)
+    weights = module_weight_elems + sum(numel(s) for s, w in zip(in_shapes, flags) if w)
+    read_inputs, read_weights = kind.read_elems(attrs, in_shapes, inputs, weights)
     return LayerCounts(
         ops=0.0 if kind.free else kind.count_ops(attrs, in_shapes, out_shapes),
-        input_elems=sum(numel(s) for s, w in zip(in_shapes, flags) if not w),
+        input_elems=read_inputs,
         output_elems=sum(numel(s) for s in out_shapes),
-        weight_elems=module_weight_elems + sum(numel(s) for s, w in zip(in_shapes, flags) if w),
-        dims=dims,
+        weight_elems=read_weights,
+        dims=kind.dims(attrs, in_shapes, out_shapes),
+        stored_weight_elems=weights,
     )
 
 

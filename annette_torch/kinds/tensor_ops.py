@@ -9,6 +9,7 @@ inference) and dtype casts (mostly of index tensors, or fused into their consume
 """
 from __future__ import annotations
 
+import torch
 from torch import nn
 
 from .registry import LayerKind, SameShapeKind, default_dims, numel, register_kind
@@ -42,7 +43,7 @@ class Permute(_DataMovement):
     name = "permute"
     ops = ("permute", "transpose", "t", "movedim", "contiguous", "roll", "flip",
            "channel_shuffle", "pixel_shuffle", "pixel_unshuffle", "repeat", "tile",
-           "repeat_interleave", "clone")
+           "repeat_interleave", "clone", "copy")   # copy: Tensor.copy_ into another tensor
     onnx_ops = ("Transpose", "DepthToSpace", "SpaceToDepth", "Tile")
 
 
@@ -90,12 +91,13 @@ class Dropout(SameShapeKind, _DataMovement):
 
 @register_kind
 class Constant(_DataMovement):
-    """Tensors created without tensor inputs (arange, zeros, ones, full, ...)."""
+    """Tensors created without tensor inputs (arange, zeros, ones, full, as_tensor of Python numbers, ...)."""
     name = "constant"
     free = True
     ops = ("arange", "zeros", "ones", "full", "empty", "zeros_like", "ones_like", "full_like",
            "empty_like", "new_zeros", "new_ones", "new_full", "new_empty", "tensor", "linspace",
-           "eye", "rand", "randn", "randn_like", "rand_like", "zero", "fill", "normal", "uniform")
+           "eye", "rand", "randn", "randn_like", "rand_like", "zero", "fill", "normal", "uniform",
+           "as_tensor", "scalar_tensor")
     onnx_ops = ("RandomNormalLike", "RandomUniformLike", "EyeLike")
 
 
@@ -158,13 +160,48 @@ class Upsample(LayerKind):
 
 
 @register_kind
+class GridSample(LayerKind):
+    """Sampling an image at a grid of points (``F.grid_sample``, RAFT's correlation lookup):
+    ops = output elements * taps per output (4 bilinear, 1 nearest, 16 bicubic)."""
+    name = "grid_sample"
+    ops = ("grid_sample",)
+    onnx_ops = ("GridSample",)
+    _TAPS = {"bilinear": 4, "nearest": 1, "bicubic": 16}
+
+    def attrs_from_call(self, args, kwargs):
+        return {"mode": kwargs.get("mode", args[2] if len(args) > 2 else "bilinear")}
+
+    def count_ops(self, attrs, in_shapes, out_shapes):
+        return float(numel(out_shapes[0]) * self._TAPS.get(attrs.get("mode", "bilinear"), 4))
+
+
+@register_kind
 class Embedding(_DataMovement):
+    """Table lookups: the kernel reads its indices and the rows they pick (indices x
+    ``embedding_dim`` weight elements, an upper bound when indices repeat), not the whole
+    table, which only counts as stored weights. ``one_hot`` is a lookup in the identity:
+    no table."""
     name = "embedding"
     modules = (nn.Embedding, nn.EmbeddingBag)
-    ops = ("embedding", "embedding_bag", "one_hot")  # one_hot: a lookup in the identity
+    ops = ("embedding", "embedding_bag", "one_hot")
 
     def attrs_from_module(self, module):
         return {"num_embeddings": module.num_embeddings, "embedding_dim": module.embedding_dim}
+
+    def attrs_from_call(self, args, kwargs):
+        table = args[1] if len(args) > 1 else kwargs.get("weight")   # F.embedding(input, weight)
+        if isinstance(table, torch.Tensor) and table.dim() == 2:
+            return {"num_embeddings": int(table.shape[0]), "embedding_dim": int(table.shape[1])}
+        return {}
+
+    def read_elems(self, attrs, in_shapes, input_elems, weight_elems):
+        if "embedding_dim" not in attrs or not in_shapes:
+            return input_elems, weight_elems
+        rows = numel(in_shapes[0]) * attrs["embedding_dim"]
+        if weight_elems:                    # the table is a parameter
+            return input_elems, min(rows, weight_elems)
+        table = attrs["num_embeddings"] * attrs["embedding_dim"]   # a computed table is an operand
+        return input_elems - table + min(rows, table), 0
 
 
 @register_kind

@@ -1,22 +1,39 @@
-"""Regressors stored as plain JSON: tree ensembles and linear models on log features.
+"""Regressors stored as plain numbers: tree ensembles and linear models on log features.
 
 The statistical and mixed layer models (:mod:`.statistical`) need a learned function of
 the kernel features. It is stored as numbers only, never as pickled objects, so loading
 a profile cannot execute anything:
 
-* ``{"type": "trees", "inputs": [...], "base": b, "depth": d, "trees": [{"feature": [...],
-  "threshold": [...], "left": [...], "right": [...], "value": [...]}, ...]}``: the
-  prediction is ``base + sum over trees of value[leaf]``. A node whose ``feature`` is
-  ``-1`` is a leaf; otherwise a row goes to ``left`` when ``input <= threshold`` (inputs
-  rounded to float32 first, as scikit-learn's trees do), else to ``right``. Gradient
-  boosting (learning rate folded into the values) and random forests (values divided
-  by the number of trees) both have this form.
+* ``{"type": "trees", "inputs": [...], "base": b, "depth": d, "nodes": [...],
+  "feature": [...], "threshold": [...], "left": [...], "right": [...], "value": [...]}``:
+  the prediction is ``base + sum over trees of the value of the leaf each row reaches``.
+  ``nodes`` holds each tree's node count; ``feature`` (one per node, trees one after
+  another) is ``-1`` at a leaf, else the input an inner node splits on; ``threshold``,
+  ``left`` and ``right`` hold one entry per inner node and ``value`` one per leaf, in node
+  order. A row goes to ``left`` (a node index inside the tree) when ``input <=
+  threshold``, else to ``right``; inputs are rounded to float32 first, as scikit-learn's
+  trees do, so float32 thresholds (each the largest float32 not above the fitted one)
+  split exactly as the fitted trees. Gradient boosting (learning rate folded into the
+  values) and random forests (values divided by the number of trees) both have this form.
+  A profile keeps these arrays in numpy's ``.npz`` file beside its JSON
+  (:mod:`annette_torch.profiles.profile`), at the narrowest exact dtypes: int8/int16/int32
+  indices, float32 thresholds, float64 values. The layout of version-1 profiles, a list
+  ``"trees"`` of per-tree node lists inline in the JSON, still loads.
 * ``{"type": "linear", "inputs": [...], "coef": [...], "intercept": c}``: ``c + coef . x``.
 
 ``inputs`` names the columns of :func:`regression_inputs`; loading checks them against
 this version's list, so a profile built for other inputs fails with a clear error.
 Prediction is vectorized numpy; on torch tensors the linear model runs in torch (it
 has gradients), a tree ensemble runs in numpy and returns a constant tensor.
+
+Why flat arrays in an ``.npz`` rather than a model format: ONNX-ML's TreeEnsemble needs an
+ONNX Runtime session per kind to predict (milliseconds each to create, no torch path) and
+stores values as float32 and indices as int64; treelite adds a dependency whose
+checkpoints are tied to its version; skops rebuilds scikit-learn objects on load (an
+audited-types list instead of nothing executed, and the scikit-learn version coupling of
+pickles) and keeps per-node training statistics the prediction never reads.
+``np.load(allow_pickle=False)`` parses a header literal and raw bytes only, and the
+arrays are exactly what :meth:`TreeEnsemble.predict` walks.
 """
 from __future__ import annotations
 
@@ -95,67 +112,122 @@ class TreeEnsemble:
         return _like(self.base + value[node].sum(axis=1), inputs, xp)
 
     def to_dict(self) -> dict:
-        trees = []
-        for t in range(self.feature.shape[0]):
-            n = _used_nodes(self.feature[t], self.left[t], self.right[t])
-            trees.append({"feature": self.feature[t, :n].tolist(),
-                          "threshold": [float(f"{v:.9g}") for v in self.threshold[t, :n]],
-                          "left": self.left[t, :n].tolist(), "right": self.right[t, :n].tolist(),
-                          "value": [float(f"{v:.9g}") for v in self.value[t, :n]]})
+        """The stored form (see the module doc): numpy arrays at their narrowest exact dtypes."""
+        inner_nodes = self.feature >= 0
+        nodes = np.where(inner_nodes, np.maximum(self.left, self.right), 0).max(axis=1) + 1
+        used = np.arange(self.feature.shape[1]) < nodes[:, None]
+        feature = self.feature[used]
+        inner = feature >= 0
         return {"type": "trees", "inputs": list(REGRESSION_INPUTS), "base": self.base, "depth": self.depth,
-                "trees": trees}
+                "nodes": _narrow(nodes), "feature": _narrow(feature),
+                "threshold": _float32_below(self.threshold[used][inner]),
+                "left": _narrow(self.left[used][inner]), "right": _narrow(self.right[used][inner]),
+                "value": self.value[used][~inner].astype(np.float64)}
 
     @classmethod
     def from_dict(cls, data: dict) -> TreeEnsemble:
-        """Validate and build: equal-length node lists, children after their parent and
-        inside the tree, feature indices inside the inputs, the stored depth exact."""
+        """Validate and build: one feature per node, one threshold and two children per
+        inner node, one value per leaf; every node but a root the child of exactly one inner
+        node before it in its tree; feature indices inside the inputs; finite numbers; the
+        stored depth exact. Errors name the offending array."""
         _check_inputs(data)
-        trees = data["trees"]
-        if not isinstance(trees, list) or not trees:
-            raise ValueError("a tree ensemble needs a non-empty list of trees")
-        width = max(len(t["feature"]) for t in trees)
-        shape = (len(trees), width)
-        feature = np.full(shape, -1, dtype=np.intp)
-        left, right = np.full(shape, -1, dtype=np.intp), np.full(shape, -1, dtype=np.intp)
-        threshold, value = np.zeros(shape), np.zeros(shape)
-        depth = 0
-        for i, tree in enumerate(trees):
-            n = len(tree["feature"])
-            if n == 0 or any(len(tree[key]) != n for key in ("threshold", "left", "right", "value")):
-                raise ValueError(f"tree {i}: feature, threshold, left, right and value need the same, non-zero length")
-            feature[i, :n] = np.asarray(tree["feature"], dtype=np.intp)
-            threshold[i, :n] = np.asarray(tree["threshold"], dtype=np.float64)
-            left[i, :n] = np.asarray(tree["left"], dtype=np.intp)
-            right[i, :n] = np.asarray(tree["right"], dtype=np.intp)
-            value[i, :n] = np.asarray(tree["value"], dtype=np.float64)
-            depth = max(depth, _check_tree(i, feature[i, :n], left[i, :n], right[i, :n]))
+        if "trees" in data:
+            data = {**data, **_from_tree_lists(data["trees"])}
+        nodes, feature = _array(data, "nodes", "iu"), _array(data, "feature", "iu")
+        left, right = _array(data, "left", "iu"), _array(data, "right", "iu")
+        threshold, value = _array(data, "threshold", "f"), _array(data, "value", "f")
+        if not len(nodes) or (nodes < 1).any():
+            raise ValueError("'nodes' must hold a positive node count per tree, for at least one tree")
+        if nodes.sum() != len(feature):
+            raise ValueError(f"'feature' must hold one entry per node: {nodes.sum()} nodes, {len(feature)} entries")
+        if ((feature < -1) | (feature >= len(REGRESSION_INPUTS))).any():
+            raise ValueError(f"'feature': an index outside -1..{len(REGRESSION_INPUTS) - 1}")
+        inner = feature >= 0
+        for name, array, count in (("threshold", threshold, inner.sum()), ("left", left, inner.sum()),
+                                   ("right", right, inner.sum()), ("value", value, (~inner).sum())):
+            if len(array) != count:
+                raise ValueError(f"'{name}' must hold one entry per {'leaf' if name == 'value' else 'inner node'}: "
+                                 f"{count} of them, {len(array)} entries")
+        if not (np.isfinite(threshold).all() and np.isfinite(value).all()):
+            raise ValueError("'threshold' and 'value' must be finite numbers")
+        depth = _tree_depths(nodes, inner, left.astype(np.intp), right.astype(np.intp))
         if int(data["depth"]) != depth:
             raise ValueError(f"stored depth {data['depth']} differs from the trees' depth {depth}")
-        if not (np.isfinite(threshold).all() and np.isfinite(value).all()):
-            raise ValueError("thresholds and values must be finite numbers")
-        return cls(float(data["base"]), feature, threshold, left, right, value, depth)
+        used = np.arange(nodes.max()) < nodes[:, None]
+        padded = {}
+        for name, values, where, fill, dtype in (
+                ("feature", feature, slice(None), -1, np.intp), ("left", left, inner, -1, np.intp),
+                ("right", right, inner, -1, np.intp), ("threshold", _float32_below(threshold), inner, 0, np.float32),
+                ("value", value, ~inner, 0, np.float64)):
+            flat = np.full(len(feature), fill, dtype=dtype)
+            flat[where] = values
+            padded[name] = np.full(used.shape, fill, dtype=dtype)
+            padded[name][used] = flat
+        return cls(float(data["base"]), padded["feature"], padded["threshold"], padded["left"], padded["right"],
+                   padded["value"], depth)
 
 
-def _used_nodes(feature: np.ndarray, left: np.ndarray, right: np.ndarray) -> int:
-    """Number of nodes of a padded tree row (1 + the largest child index reached)."""
-    internal = feature >= 0
-    return int(max(left[internal].max(initial=0), right[internal].max(initial=0)) + 1)
+def _array(data: dict, name: str, kinds: str) -> np.ndarray:
+    """``data[name]`` as a 1-D numpy array whose dtype kind is one of ``kinds``."""
+    array = np.asarray(data[name])
+    if array.ndim != 1 or array.dtype.kind not in kinds:
+        wanted = "floating-point" if kinds == "f" else "integer"
+        raise ValueError(f"'{name}' must be a 1-D array of {wanted} numbers, got {array.dtype} of shape {array.shape}")
+    return array
 
 
-def _check_tree(i: int, feature: np.ndarray, left: np.ndarray, right: np.ndarray) -> int:
-    """Depth of tree ``i``; ``ValueError`` when its structure is invalid."""
-    n = len(feature)
-    if (feature >= len(REGRESSION_INPUTS)).any() or (feature < -1).any():
-        raise ValueError(f"tree {i}: feature index outside 0..{len(REGRESSION_INPUTS) - 1}")
-    nodes = np.arange(n)
-    internal = feature >= 0
-    for child in (left, right):
-        if ((child[internal] <= nodes[internal]) | (child[internal] >= n)).any():
-            raise ValueError(f"tree {i}: a child index is not after its parent or lies outside the tree")
-    depth = np.zeros(n, dtype=np.intp)
-    for node in nodes[internal]:   # children come after parents, so one pass in order suffices
-        depth[left[node]] = depth[right[node]] = depth[node] + 1
-    return int(depth.max())
+def _narrow(array: np.ndarray) -> np.ndarray:
+    """``array`` as the narrowest of int8, int16, int32 that holds its values."""
+    for dtype in (np.int8, np.int16, np.int32):
+        info = np.iinfo(dtype)
+        if array.size == 0 or (array.min() >= info.min and array.max() <= info.max):
+            return array.astype(dtype)
+    raise ValueError(f"indices up to {array.max()} do not fit int32")
+
+
+def _float32_below(threshold: np.ndarray) -> np.ndarray:
+    """The largest float32 at or below each threshold: a float32 input is ``<=`` it exactly
+    when it is ``<=`` the threshold itself."""
+    rounded = threshold.astype(np.float32)
+    return np.where(rounded > threshold, np.nextafter(rounded, np.float32(-np.inf)), rounded)
+
+
+def _from_tree_lists(trees: Any) -> dict:
+    """The version-1 layout (a list of per-tree node lists) as this version's flat arrays."""
+    if not isinstance(trees, list) or not trees:
+        raise ValueError("a tree ensemble needs a non-empty list of trees")
+    for i, tree in enumerate(trees):
+        n = len(tree["feature"])
+        if n == 0 or any(len(tree[key]) != n for key in ("threshold", "left", "right", "value")):
+            raise ValueError(f"tree {i}: feature, threshold, left, right and value need the same, non-zero length")
+    column = {key: np.concatenate([np.asarray(tree[key]) for tree in trees])
+              for key in ("feature", "threshold", "left", "right", "value")}
+    inner = column["feature"] >= 0
+    return {"nodes": np.array([len(tree["feature"]) for tree in trees]), "feature": column["feature"],
+            **{key: column[key][inner] for key in ("threshold", "left", "right")}, "value": column["value"][~inner]}
+
+
+def _tree_depths(nodes: np.ndarray, inner: np.ndarray, left: np.ndarray, right: np.ndarray) -> int:
+    """Depth of the deepest tree; ``ValueError`` unless every child index (local to its
+    tree) lies after its parent and inside the tree, and every node but a root has
+    exactly one parent."""
+    start = np.cumsum(nodes) - nodes                     # each tree's first node
+    tree = np.repeat(np.arange(len(nodes)), nodes)       # each node's tree
+    local = np.arange(len(tree)) - start[tree]
+    for name, child in (("left", left), ("right", right)):
+        if ((child <= local[inner]) | (child >= nodes[tree[inner]])).any():
+            raise ValueError(f"'{name}': a child index is not after its parent or lies outside its tree")
+    children = np.concatenate([left, right]) + np.tile(start[tree[inner]], 2)
+    if (np.bincount(children, minlength=len(tree))[local > 0] != 1).any():
+        raise ValueError("'left', 'right': a node other than a root is not the child of exactly one inner node")
+    parent = np.zeros(len(tree), dtype=np.intp)
+    parent[children] = np.tile(np.flatnonzero(inner), 2)
+    depth = np.zeros(len(tree), dtype=np.intp)
+    while True:               # a tree: converges after as many steps as the deepest leaf is deep
+        deeper = np.where(local > 0, depth[parent] + 1, 0)
+        if (deeper == depth).all():
+            return int(depth.max())
+        depth = deeper
 
 
 @dataclass

@@ -8,7 +8,9 @@ dimensions. For a dimension d of size n unrolled ``par`` times,
 ``eff = n / (ceil(n / par) * par)``, softened by ``alpha``:
 ``eff = 1 / ((1 - alpha) + alpha / eff)``. The kernel's compute time is
 ``ops / (peak_ops_s * prod_d eff_d)``. Dimensions: ``h``, ``w`` (output height and
-width), ``c`` (input channels), ``f`` (filters / output features).
+width), ``c`` (input channels), ``f`` (filters / output features). With ``replicate``
+(ANNETTE's estimator code, whose published board parameters were fitted so) a dimension
+smaller than its ``par`` is taken to be replicated across the idle units: its ``eff`` is 1.
 
 The ``ceil`` makes the refined roofline piecewise constant in the dimension sizes: its
 derivative with respect to a size is zero almost everywhere. On torch tensors we use a
@@ -78,6 +80,7 @@ class RefinedRoofline(Roofline):
 
     type_name = "refined_roofline"
     unroll: dict[str, dict[str, float]] = field(default_factory=dict)
+    replicate: bool = False
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -94,6 +97,8 @@ class RefinedRoofline(Roofline):
             n = features[:, COLUMN[dim]]
             par, alpha = float(p["par"]), float(p["alpha"])
             eff = n / (_ceil(n / par, xp) * par)
+            if self.replicate:
+                eff = xp.where(n < par, 1.0, eff)
             total = total * (1.0 / ((1.0 - alpha) + alpha / eff))
         return total
 
@@ -101,11 +106,15 @@ class RefinedRoofline(Roofline):
         return features[:, COLUMN["ops"]] / (self.peak_ops_s * self.efficiency(features, xp))
 
     def to_dict(self) -> dict:
-        return super().to_dict() | {"unroll": {d: dict(p) for d, p in self.unroll.items()}}
+        return (super().to_dict() | {"unroll": {d: dict(p) for d, p in self.unroll.items()}}
+                | ({"replicate": True} if self.replicate else {}))
 
     @classmethod
     def from_dict(cls, data):
         base = Roofline.from_dict(data)
         unroll = {str(d): {"par": float(p["par"]), "alpha": float(p["alpha"])}
                   for d, p in (data.get("unroll") or {}).items()}
-        return cls(base.peak_ops_s, base.bandwidth_bytes_s, base.bit_act, base.bit_weights, unroll)
+        replicate = data.get("replicate", False)
+        if not isinstance(replicate, bool):
+            raise ValueError(f"replicate must be true or false, got {replicate!r}")
+        return cls(base.peak_ops_s, base.bandwidth_bytes_s, base.bit_act, base.bit_weights, unroll, replicate)

@@ -24,6 +24,7 @@ import numpy as np
 
 from ..graph.layer_graph import LayerGraph
 from ..kinds import FEATURES
+from .counting import Counting
 from .rules import FusionRule
 
 _OPS, _IN, _OUT, _W = (FEATURES.index(k) for k in ("ops", "input_elems", "output_elems", "weight_elems"))
@@ -50,18 +51,20 @@ NO_INPUT_GRAD = ":no-input-grad"   # kind suffix of a training kernel whose inpu
 
 
 def map_kernels(graph: LayerGraph, rules: tuple[FusionRule, ...], optimize_graph: bool = False,
-                input_requires_grad: bool | None = None) -> KernelTable:
-    """Kernel table of ``graph`` under ``rules``; with ``optimize_graph`` the layers a
+                input_requires_grad: bool | None = None, counting: Counting | None = None) -> KernelTable:
+    """Kernel table of ``graph`` under ``rules``, its layers counted as ``counting`` says
+    (:mod:`.counting`; default: annette_torch's counts); with ``optimize_graph`` the layers a
     graph compiler removes (:attr:`LayerGraph.folded`: constant subgraphs, repeated
     parameter-free layers) are free kernels. For a training pass, ``input_requires_grad``
     says whether the network input requires grad (a data batch does not; a calibration
     benchmark's input does): a kernel with weights whose inputs need no gradient (the
     first conv of a network, or one after ``detach``) computes only its weights'
     gradients, so its kind gets the suffix :data:`NO_INPUT_GRAD`. Cached on the graph."""
-    key = ("kernels", rules, optimize_graph, input_requires_grad)
+    key = ("kernels", rules, optimize_graph, input_requires_grad, counting)
     cached = graph._cache.get(key)
     if cached is None:
-        cached = _map(graph, rules, graph.folded if optimize_graph else frozenset())
+        feats = graph.features if counting is None else counting.features(graph)
+        cached = _map(graph, rules, graph.folded if optimize_graph else frozenset(), feats)
         if input_requires_grad is not None:
             cached = _mark_no_input_grad(graph, cached, input_requires_grad)
         graph._cache[key] = cached
@@ -96,14 +99,13 @@ def _groups(kinds: list[str]) -> dict[str, np.ndarray]:
     return {kind: np.array(idx, dtype=np.intp) for kind, idx in groups.items()}
 
 
-def _map(graph: LayerGraph, rules: tuple[FusionRule, ...], folded: frozenset[str]) -> KernelTable:
+def _map(graph: LayerGraph, rules: tuple[FusionRule, ...], folded: frozenset[str], feats: np.ndarray) -> KernelTable:
     by_pair: dict[tuple[str, str], list[FusionRule]] = {}
     for rule in rules:
         by_pair.setdefault((rule.primary, rule.secondary), []).append(rule)
     secondaries = {rule.secondary for rule in rules}
     children = graph.children
     returned = frozenset(graph.outputs or ())
-    feats = graph.features
 
     kernel_of: dict[str, int] = {}
     kinds: list[str] = []

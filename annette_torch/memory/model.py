@@ -2,9 +2,9 @@
 
 What is counted, in bytes (``bytes_per_elem``, 4 for float32):
 
-- **parameters**: ``counts.weight_elems`` of every layer, i.e. the parameters *and buffers*
-  of leaf modules (batch-norm running statistics included) plus parameters read by
-  functional calls. A module called twice is counted twice.
+- **parameters**: ``counts.stored_weight_elems`` of every layer, i.e. the parameters *and
+  buffers* of leaf modules (batch-norm running statistics included, an embedding's whole
+  table) plus parameters read by functional calls. A module called twice is counted twice.
 - **inference activation peak**: layers run in graph order; a layer's output is
   allocated when it runs and freed after its last consumer has run. Free layers
   (reshape, flatten, identity, dropout, ...) alias their first parent and allocate
@@ -42,11 +42,14 @@ What is counted, in bytes (``bytes_per_elem``, 4 for float32):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from ..graph import LayerGraph
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 OPTIMIZER_STATES = {"sgd": 0, "momentum": 1, "adam": 2}   # state tensors per parameter
 # what a layer kind's backward reads (autograd's saved tensors); kinds not listed save their inputs
@@ -154,9 +157,11 @@ def _liveness(graph: LayerGraph, owner: np.ndarray, output_bytes: np.ndarray, in
 def estimate_memory(graph: LayerGraph, training: bool = False, optimizer: str = "sgd",
                     bytes_per_elem: int = 4) -> MemoryEstimate:
     """Memory of one step of ``graph`` (see the module docstring for what is counted)."""
+    import pandas as pd  # imported on use: importing annette_torch needs no pandas
+
     if optimizer not in OPTIMIZER_STATES:
         raise ValueError(f"unknown optimizer {optimizer!r}; use one of {', '.join(OPTIMIZER_STATES)}")
-    params = np.array([layer.counts.weight_elems for layer in graph], dtype=np.int64) * bytes_per_elem
+    params = np.array([layer.counts.stored_weight_elems for layer in graph], dtype=np.int64) * bytes_per_elem
     outputs = np.array([sum(int(np.prod(s)) for s in layer.output_shapes) for layer in graph],
                        dtype=np.int64) * bytes_per_elem
     free = np.array([layer.free for layer in graph], dtype=bool)

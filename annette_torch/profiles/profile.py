@@ -1,9 +1,10 @@
-"""Profiles: everything the estimator knows about one target, as plain JSON.
+"""Profiles: everything the estimator knows about one target, as plain data.
 
-Format ``annette_torch.profile`` version 1 (loading never executes code)::
+Format ``annette_torch.profile`` version 2 (loading never executes code): a JSON file and,
+when the profile has tree ensembles, their arrays in a numpy ``.npz`` file beside it::
 
     {
-      "format": "annette_torch.profile", "version": 1,
+      "format": "annette_torch.profile", "version": 2,
       "name": "ncs2-myriad",
       "description": "...",
       "fingerprint": {"backend": ..., "device": ..., "runtime_version": ...,
@@ -25,11 +26,19 @@ Format ``annette_torch.profile`` version 1 (loading never executes code)::
       "mapping": [{"primary": "conv", "secondary": "relu", "result": "conv",
                    "condition": [{"layer": "secondary", "attr": "kernel_size",
                                   "op": "==", "value": 2}]}, ...],
+      "counting": {"ops_scale": {"max_pool": 2.0}, "first_input_only": ["concat"]},
+                                                # optional: where the layer models count layers
+                                                # otherwise than annette_torch (mapping.counting)
       "layer_models": {                         # model type -> kernel kind -> parameters
         "roofline": {"default": {...}, "conv": {...}, ...},   # required, with "default"
-        "refined_roofline": {"conv": {...}, ...}
+        "refined_roofline": {"conv": {...,      # an entry may say over which kernel features
+            "range": {"c": [8, 2048], ...}},    # it was calibrated (optional; missing: unknown)
+          ...},
+        "mixed": {"conv": {..., "regressor": {..., "threshold": {"array": "layer_models.mixed.conv.regressor.threshold"}}}}
       },
-      "model_preference": ["refined_roofline", "roofline"],
+      "model_preference": ["mixed", "refined_roofline", "roofline"],
+      "arrays": {"file": "torch-cpu.0123456789abcdef.npz", "sha256": "..."},
+                                                # where the arrays are (absent without arrays)
       "fit_metrics": {...},                     # how well the models fit (if fitted)
       "adaptation": {...},                      # optional: a per-kernel correction to another
                                                 # device and how that device maps layers to
@@ -39,29 +48,48 @@ Format ``annette_torch.profile`` version 1 (loading never executes code)::
       "notes": ["..."]                          # provenance and known gaps
     }
 
+An array field is ``{"array": KEY}`` in the JSON, ``KEY`` its dotted path, and the
+``.npz`` member ``KEY`` holds it (a tree ensemble's arrays: :mod:`annette_torch.layer_models.regressors`).
+The ``.npz`` is named ``<json stem>.<first 16 hex digits of its SHA-256>.npz``: a save writes
+it under that new name, then replaces the JSON, then removes the stem's other arrays
+files, so a reader finds the arrays its JSON was saved with at every moment; a profile
+is the JSON plus that file (copy both). Loading reads the arrays with
+``np.load(allow_pickle=False)``, checks their digest, and validates them as every other
+field. Version 1 files (tree ensembles inline as JSON lists, no ``arrays``) still load;
+saving them writes version 2.
+
 A kernel of kind K is answered by the first model type in the preference (or the type
 the caller asks for), then the roofline, that has an entry for K; otherwise by the first
 of them that has a ``default`` (as in ANNETTE, the roofline is always the fallback).
 """
 from __future__ import annotations
 
+import hashlib
+import io
 import json
 import math
 import os
 import re
+import zipfile
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ..atomic import atomic_path
 from ..layer_models import LAYER_MODELS, LayerModel, layer_model_from_dict
 from ..layer_models.adapted import Adaptation
-from ..mapping import FusionRule
+from ..kinds import FEATURES
+from ..mapping import Counting, FusionRule
 
 FORMAT = "annette_torch.profile"
-VERSION = 1
+VERSION = 2
+READABLE_VERSIONS = (1, 2)     # 1: tree ensembles inline in the JSON, no arrays file
 FINGERPRINT_FIELDS = ("backend", "device", "runtime_version", "threads", "precision")
+#: a calibrated range: feature -> (lowest, highest) value among the kernels a model was fitted on
+Range = dict[str, tuple[float, float]]
 # an indented JSON list of plain numbers (strings hold no raw newline, so none matches inside one)
 _NUMBER_LIST = re.compile(r"\[\n\s*([-+0-9.eE,\s]+?)\n\s*\]")
 
@@ -90,6 +118,13 @@ class Profile:
     notes: list[str] = field(default_factory=list)
     source: str = ""
     adaptation: Adaptation | None = None    # set for a profile adapted to another device
+    counting: Counting | None = None        # how its layer models count layers (None: as annette_torch)
+    ranges: dict[str, dict[str, Range]] = field(default_factory=dict)  # model type -> entry -> range
+
+    def range_of(self, type_name: str, entry: str) -> Range | None:
+        """The features over which entry ``entry`` of ``type_name`` was calibrated, or None
+        when the profile does not say."""
+        return self.ranges.get(type_name, {}).get(entry)
 
     def model_for(self, kernel_kind: str, model_type: str | None = None) -> tuple[str, str, LayerModel]:
         """(model type, entry, layer model) answering ``kernel_kind``: the first of the
@@ -106,6 +141,10 @@ class Profile:
     def model_types(self) -> list[str]:
         return list(self.layer_models)
 
+    def reaches(self, model_type: str) -> bool:
+        """Whether the model preference answers some kernel kind with ``model_type``'s models."""
+        return any(self.model_for(kind)[0] == model_type for kind in self.layer_models.get(model_type, {}))
+
     def to_dict(self) -> dict:
         return {
             "format": FORMAT, "version": VERSION, "name": self.name,
@@ -116,7 +155,8 @@ class Profile:
             "optimizes_graph": self.optimizes_graph,
             **({"training": self.training} if self.training is not None else {}),
             "mapping": [r.to_dict() for r in self.mapping],
-            "layer_models": {t: {k: m.to_dict() for k, m in models.items()}
+            **({"counting": self.counting.to_dict()} if self.counting is not None else {}),
+            "layer_models": {t: {k: m.to_dict() | _range_field(self.range_of(t, k)) for k, m in models.items()}
                              for t, models in self.layer_models.items()},
             "model_preference": list(self.model_preference),
             "fit_metrics": self.fit_metrics, "notes": list(self.notes),
@@ -124,13 +164,30 @@ class Profile:
         }
 
     def save(self, path: str | os.PathLike) -> Path:
-        """Write the profile as JSON (indented; lists of numbers, such as a regressor's
-        trees, on one line each), atomically."""
+        """Write the profile atomically: its arrays (if any) to a new ``.npz`` named by their
+        digest, then the JSON (indented; lists of numbers on one line each) that names it,
+        then remove the stem's previous arrays files (see the module doc)."""
+        path = Path(path)
+        arrays: dict[str, np.ndarray] = {}
+        data = _split_arrays(self.to_dict(), "", arrays)
+        arrays_file = None
+        if arrays:
+            blob = _npz_bytes(arrays)
+            digest = hashlib.sha256(blob).hexdigest()
+            arrays_file = path.parent / f"{path.stem}.{digest[:16]}.npz"
+            data["arrays"] = {"file": arrays_file.name, "sha256": digest}
         text = _NUMBER_LIST.sub(lambda m: "[" + ", ".join(v.strip() for v in m.group(1).split(",")) + "]",
-                                json.dumps(self.to_dict(), indent=2))
+                                json.dumps(data, indent=2))
+        if arrays_file is not None:
+            with atomic_path(arrays_file) as tmp:
+                tmp.write_bytes(blob)
         with atomic_path(path) as tmp:
             tmp.write_text(text + "\n")
-        return Path(path)
+        own = re.compile(re.escape(path.stem) + r"\.[0-9a-f]{16}\.npz")
+        for old in path.parent.iterdir():
+            if own.fullmatch(old.name) and old != arrays_file:
+                old.unlink(missing_ok=True)
+        return path
 
     @classmethod
     def from_dict(cls, data: Any, source: str = "<dict>") -> Profile:
@@ -142,9 +199,9 @@ class Profile:
             raise fail("<root>", "expected a JSON object")
         if data.get("format") != FORMAT:
             raise fail("format", f"expected {FORMAT!r}, got {data.get('format')!r}")
-        if data.get("version") != VERSION:
-            raise fail("version", f"this annette_torch reads version {VERSION}, the file has "
-                                  f"{data.get('version')!r}; rebuild or convert the profile")
+        if data.get("version") not in READABLE_VERSIONS:
+            raise fail("version", f"this annette_torch reads versions {', '.join(map(str, READABLE_VERSIONS))}, "
+                                  f"the file has {data.get('version')!r}; rebuild or convert the profile")
         for name in ("name", "fingerprint", "layer_models"):
             if name not in data:
                 raise fail(name, "missing")
@@ -158,6 +215,7 @@ class Profile:
                 or "default" not in models_data["roofline"]:
             raise fail("layer_models", "expected an object with a 'roofline' set that has a 'default' entry")
         models: dict[str, dict[str, LayerModel]] = {}
+        ranges: dict[str, dict[str, Range]] = {}
         for type_name, entries in models_data.items():
             if type_name not in LAYER_MODELS:
                 raise fail(f"layer_models.{type_name}", f"unknown layer model type (known: {sorted(LAYER_MODELS)})")
@@ -169,6 +227,9 @@ class Profile:
                     models[type_name][kind] = layer_model_from_dict(type_name, entry, f"layer_models.{type_name}.{kind}")
                 except ValueError as error:
                     raise ProfileError(f"profile {source}: field {error}") from None
+                if entry.get("range") is not None:
+                    where = f"layer_models.{type_name}.{kind}.range"
+                    ranges.setdefault(type_name, {})[kind] = _check_range(entry["range"], lambda p: fail(where, p))
         preference = data.get("model_preference", ["roofline"])
         if not isinstance(preference, list) or not all(p in models for p in preference):
             raise fail("model_preference", f"expected a list of model types present in layer_models "
@@ -202,6 +263,12 @@ class Profile:
         training = data.get("training")
         if training is not None:
             _check_training(training, fail)
+        counting = None
+        if data.get("counting") is not None:
+            try:
+                counting = Counting.from_dict(data["counting"])
+            except ValueError as error:
+                raise ProfileError(f"profile {source}: field {error}") from None
         adaptation = None
         if data.get("adaptation") is not None:
             try:
@@ -215,7 +282,29 @@ class Profile:
                    fused_cost_s_per_elem={str(k): float(v) for k, v in fused_costs.items()},
                    optimizes_graph=folds, training=training, description=str(data.get("description", "")),
                    fit_metrics=dict(data.get("fit_metrics") or {}), notes=list(data.get("notes") or []),
-                   source=source, adaptation=adaptation)
+                   source=source, adaptation=adaptation, counting=counting, ranges=ranges)
+
+
+def _range_field(calibrated: Range | None) -> dict:
+    """The ``"range"`` field of a layer-model entry (nothing when unknown)."""
+    return {} if calibrated is None else {"range": {f: [lo, hi] for f, (lo, hi) in calibrated.items()}}
+
+
+def _check_range(data: Any, fail) -> Range:
+    """``data`` as a :data:`Range`; raises ``fail(problem)`` unless it maps kernel features
+    to [low, high] pairs of finite numbers with low <= high."""
+    if not isinstance(data, dict):
+        raise fail(f"expected an object of feature -> [low, high], got {data!r}")
+    checked: Range = {}
+    for feature, bounds in data.items():
+        if feature not in FEATURES:
+            raise fail(f"unknown feature {feature!r} (known: {', '.join(FEATURES)})")
+        if not (isinstance(bounds, list) and len(bounds) == 2 and all(
+                isinstance(b, (int, float)) and not isinstance(b, bool) and math.isfinite(b) for b in bounds)
+                and bounds[0] <= bounds[1]):
+            raise fail(f"{feature}: expected [low, high] with low <= high, got {bounds!r}")
+        checked[feature] = (float(bounds[0]), float(bounds[1]))
+    return checked
 
 
 def _check_training(training: Any, fail) -> None:
@@ -240,7 +329,8 @@ def builtin_names() -> list[str]:
 
 
 def load_profile(name_or_path: str | os.PathLike | Profile) -> Profile:
-    """A built-in profile by name, or a profile JSON file by path."""
+    """A built-in profile by name, or a profile JSON file by path (its arrays file found
+    beside it)."""
     if isinstance(name_or_path, Profile):
         return name_or_path
     text = str(name_or_path)
@@ -258,7 +348,83 @@ def load_profile(name_or_path: str | os.PathLike | Profile) -> Profile:
         data = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
         raise ProfileError(f"profile {path}: not readable as JSON ({error})") from None
-    return Profile.from_dict(data, source=str(path))
+    if not isinstance(data, dict) or data.get("arrays") is None:
+        return Profile.from_dict(data, source=str(path))
+    arrays, arrays_path = _read_arrays(path, data["arrays"])
+    try:
+        return Profile.from_dict(_join_arrays(data, arrays, path, arrays_path), source=str(path))
+    except ProfileError as error:
+        raise ProfileError(f"{error} (arrays from {arrays_path})") from None
+
+
+def _split_arrays(value: Any, key: str, arrays: dict[str, np.ndarray]) -> Any:
+    """``value`` with each numpy array replaced by ``{"array": its dotted key}``, the
+    arrays collected in ``arrays``."""
+    if isinstance(value, np.ndarray):
+        arrays[key] = value
+        return {"array": key}
+    if isinstance(value, dict):
+        return {k: _split_arrays(v, f"{key}.{k}" if key else str(k), arrays) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_split_arrays(v, f"{key}[{i}]", arrays) for i, v in enumerate(value)]
+    return value
+
+
+def _join_arrays(value: Any, arrays: dict[str, np.ndarray], path: Path, arrays_path: Path) -> Any:
+    """``value`` with each ``{"array": key}`` replaced by ``arrays[key]``."""
+    if isinstance(value, dict):
+        if list(value) == ["array"]:
+            if value["array"] not in arrays:
+                raise ProfileError(f"profile {path}: field {value['array']!r}: no such array in {arrays_path}")
+            return arrays[value["array"]]
+        return {k: _join_arrays(v, arrays, path, arrays_path) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_join_arrays(v, arrays, path, arrays_path) for v in value]
+    return value
+
+
+def _npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
+    """``arrays`` as a compressed ``.npz`` whose bytes depend on the arrays alone (members
+    sorted, timestamps fixed), so refitting the same data gives the same file."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for key in sorted(arrays):
+            member = io.BytesIO()
+            np.lib.format.write_array(member, np.ascontiguousarray(arrays[key]), allow_pickle=False)
+            info = zipfile.ZipInfo(f"{key}.npy", date_time=(1980, 1, 1, 0, 0, 0))
+            info.compress_type = zipfile.ZIP_DEFLATED
+            archive.writestr(info, member.getvalue())
+    return buffer.getvalue()
+
+
+def _read_arrays(path: Path, spec: Any) -> tuple[dict[str, np.ndarray], Path]:
+    """(the arrays of the profile at ``path``, their file) from its ``arrays`` field: a
+    plain ``.npz`` beside it whose SHA-256 matches, read without unpickling anything."""
+    name = spec.get("file") if isinstance(spec, dict) else None
+    if not (isinstance(name, str) and name.endswith(".npz") and Path(name).name == name and "\\" not in name
+            and not name.startswith(".") and isinstance(spec.get("sha256"), str)):
+        raise ProfileError(f"profile {path}: field 'arrays': expected {{'file': a .npz file name beside the profile, "
+                           f"'sha256': its digest}}, got {spec!r}")
+    arrays_path = path.parent / name
+    try:
+        blob = arrays_path.read_bytes()
+    except OSError as error:
+        raise ProfileError(f"profile {path}: field 'arrays': cannot read {arrays_path} ({error.strerror}); "
+                           f"the arrays file travels with the profile, copy both") from None
+    if hashlib.sha256(blob).hexdigest() != spec["sha256"]:
+        raise ProfileError(f"profile {path}: field 'arrays': {arrays_path} is not the arrays file this profile was "
+                           f"saved with (SHA-256 differs): damaged, or written by another save")
+    arrays, key = {}, "<archive>"
+    try:
+        archive = np.load(io.BytesIO(blob), allow_pickle=False)
+        if not isinstance(archive, np.lib.npyio.NpzFile):
+            raise ValueError("not an .npz archive")
+        with archive:
+            for key in archive.files:
+                arrays[key] = archive[key]
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as error:
+        raise ProfileError(f"profile arrays {arrays_path}: field {key!r}: not a plain numeric array ({error})") from None
+    return arrays, arrays_path
 
 
 def list_profiles() -> list[Profile]:

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import itertools
 import time
-from typing import Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 import numpy as np
-import pandas as pd
 import torch
-from scipy.optimize import nnls
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 OPTIMIZERS = ("sgd", "momentum", "adam")
 # synthetic parameter sets: tensor counts x total elements (from a few small layers to a large model)
@@ -69,12 +70,16 @@ def measure_optimizer_steps(threads: int = 1, warmup: int = 3, repeats: int = 15
                          "time_ms": float(median), "spread": float((p90 - p10) / median)})
     finally:
         torch.set_num_threads(previous)
+    import pandas as pd  # imported on use, like scipy below: estimating needs neither
+
     return pd.DataFrame(rows)
 
 
 def fit_optimizer_steps(measured: pd.DataFrame) -> dict[str, dict[str, float]]:
     """Per optimizer, ``{"per_tensor_ms", "per_element_ns", "mape"}`` fitted by
     non-negative least squares on relative errors (every row weighs the same)."""
+    from scipy.optimize import nnls
+
     missing = {"optimizer", "tensors", "elements", "time_ms"} - set(measured.columns)
     if missing:
         raise ValueError(f"optimizer step measurements lack the columns {sorted(missing)}")
