@@ -127,6 +127,9 @@ def confidence_line(report: pd.DataFrame, kinds_shown: int = 4) -> str:
         return f"{int(mask.sum())} kernel{'s' if mask.sum() != 1 else ''}"
 
     parts = []
+    measured = report["confidence"] == "measured"
+    if measured.any():
+        parts.append(f"{count(measured)} ({100 * time[measured].sum() / total:.0f} %) measured on this machine")
     outside = report["confidence"] == "extrapolated"
     if outside.any():
         spans: dict[str, dict[str, list[float]]] = {}

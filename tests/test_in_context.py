@@ -111,7 +111,9 @@ def test_for_measures_each_distinct_kernel_once_and_the_estimate_uses_them(model
 
     assert cli_main(["estimate", f"{models}:one_block", "--input-shape", "1,3,16,16", "--profile", "onnxruntime-cpu",
                      "--measured", str(folder)]) == 0
-    assert "measured" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "measured" in printed.split("\n", 1)[1]               # the layer_model column
+    assert printed.splitlines()[-1].endswith("(100 %) measured on this machine")
 
 
 def test_a_table_of_another_device_or_a_bad_row_is_refused(models, tmp_path):
