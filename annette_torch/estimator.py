@@ -111,7 +111,7 @@ class Estimator:
         self.profile = load_profile(profile)
         check_machine(self.profile)
         self.measured = measured if measured is None or isinstance(measured, MeasuredKernels) \
-            else MeasuredKernels.load(measured)
+            else MeasuredKernels.load(measured, self.profile.fingerprint)
         if self.measured is not None:
             self.measured.check_profile(self.profile.fingerprint, self.profile.name)
         if model_type is not None and model_type not in self.profile.layer_models:

@@ -108,6 +108,7 @@ def test_for_measures_each_distinct_kernel_once_and_the_estimate_uses_them(model
         assert report.attrs["total_ms"] == pytest.approx(measured(graph))
         assert SignatureCache(measured).graph_time_ms(graph) == pytest.approx(expected)
     assert (estimator.report(graphs[0])["layer_model"] != "measured").all()      # without the table: the models
+    assert Estimator("onnxruntime-cpu", measured=out).measured.folder == folder   # the --out root finds its table
 
     assert cli_main(["estimate", f"{models}:one_block", "--input-shape", "1,3,16,16", "--profile", "onnxruntime-cpu",
                      "--measured", str(folder)]) == 0

@@ -58,6 +58,23 @@ def kernel_signatures(table: Any) -> list[str]:
     return [signature(kind, kinds, row) for kind, kinds, row in zip(table.kinds, table.layer_kinds, table.features)]
 
 
+def _table_under(root: Path, fingerprint: dict[str, Any]) -> Path:
+    """The one table folder directly under ``root`` measured with ``fingerprint``'s backend,
+    threads and precision (``root`` itself when there is none, so the caller's error names it)."""
+    matches = []
+    for candidate in sorted(root.glob("*/fingerprint.json")):
+        try:
+            recorded = json.loads(candidate.read_text())
+        except ValueError:
+            continue
+        if isinstance(recorded, dict) and all(recorded.get(k) == fingerprint.get(k) for k in MATCHING):
+            matches.append(candidate.parent)
+    if len(matches) > 1:
+        raise KernelTableError(f"{root} holds several tables for {', '.join(f'{k}={fingerprint.get(k)}' for k in MATCHING)}: "
+                               f"{', '.join(m.name for m in matches)}; pass one of them")
+    return matches[0] if matches else root
+
+
 class MeasuredKernels:
     """One device's kernels measured in context: ``fingerprint``, the protocol ``record``
     and ``times_ms`` (signature -> time in ms); see the module doc."""
@@ -76,11 +93,15 @@ class MeasuredKernels:
         return len(self.times_ms)
 
     @classmethod
-    def load(cls, folder: str | os.PathLike) -> MeasuredKernels:
-        """Read and validate the table in ``folder`` (``KernelTableError`` names what is wrong)."""
+    def load(cls, folder: str | os.PathLike, fingerprint: dict[str, Any] | None = None) -> MeasuredKernels:
+        """Read and validate the table in ``folder``, or, when ``folder`` is the root that
+        ``calibrate --for --out`` wrote, in its one subfolder whose backend, threads and
+        precision are those of ``fingerprint`` (``KernelTableError`` names what is wrong)."""
         from .record import read_record
 
         folder = Path(folder)
+        if not (folder / "fingerprint.json").is_file() and fingerprint is not None:
+            folder = _table_under(folder, fingerprint)
         fingerprint_path = folder / "fingerprint.json"
         if not fingerprint_path.is_file():
             raise KernelTableError(f"{folder} is not a table of measured kernels (no fingerprint.json); "
