@@ -2,17 +2,22 @@
 
     annette-torch estimate MODEL [--profile P] [--input-shape 1,3,224,224[;SHAPE...]] [--input-dtype int64]
                   [--seq-len N] [--example-inputs file.py:function] [--json] [--csv FILE] [--plot FILE.png]
-                  [--model-type T] [--no-mapping] [--all]
+                  [--model-type T] [--no-mapping] [--all] [--measured DIR]
         MODEL: torchvision:NAME, timm:NAME, hf:CONFIG_OR_MODEL_CLASS, hf:path/config.json, file.py:factory, model.onnx
     annette-torch profiles
     annette-torch calibrate --backend openvino-cpu --sweep quick --out DIR [--threads N]
-                  [--precision P] [--minutes M] [--timeout S] [--warmup W] [--repeats R]
-                  [--config FILE] [--dry-run] [--retry-failed]
+                  [--precision P] [--minutes M] [--timeout S] [--config FILE] [--dry-run] [--retry-failed]
+                  [--rounds R] [--warmup W] [--repeats N] [--statistic S] [--drift D]
+    annette-torch calibrate --backend B --for MODEL [MODEL ...] --out DIR [--profile P] [--input-shape S]
+                  [--threads N] [--precision P] [--rounds R] [--warmup W] [--repeats N] [--statistic S] [--drift D]
+    annette-torch noise --backend B [--threads N] [--precision P] [--rounds R] [--minutes M]
     annette-torch stores DIR [--compact] [--by-family]
     annette-torch fit --data STORE_DIR --out PROFILE_DIR [--name NAME] [--seed S] [--test-share F] [--first N] [--sample N]
     annette-torch adapt --from PROFILE[,PROFILE...] --backend B [--threads N] [--precision P] --samples K
-                  [--seed S] [--mapping M] --out FILE.json [--name NAME] [--warmup W] [--repeats R]
+                  [--seed S] [--mapping M] --out FILE.json [--name NAME] [--rounds R] [--warmup W] [--repeats N]
     annette-torch adapt --descriptor DEVICE.json [--from PROFILE,...] --out FILE.json [--name NAME]
+
+Every measuring command uses the measuring protocol (:mod:`annette_torch.measure.protocol`).
 """
 from __future__ import annotations
 
@@ -33,8 +38,11 @@ from .kinds import PRODUCT_KINDS
 from .memory import MemoryEstimate
 from .models_source import DEFAULT_SEQ_LEN, trace_model
 from .backends import BackendError
+from .calibration.campaign import REPEATS, ROUNDS
 from .calibration.store import StoreError
 from .calibration.sweep import sweep_names
+from .measure import Protocol
+from .measure.arguments import add_protocol_arguments, protocol_from
 from .profiles import ProfileError, builtin_names, load_profile
 
 
@@ -119,6 +127,9 @@ def confidence_line(report: pd.DataFrame, kinds_shown: int = 4) -> str:
         return f"{int(mask.sum())} kernel{'s' if mask.sum() != 1 else ''}"
 
     parts = []
+    measured = report["confidence"] == "measured"
+    if measured.any():
+        parts.append(f"{count(measured)} ({100 * time[measured].sum() / total:.0f} %) measured on this machine")
     outside = report["confidence"] == "extrapolated"
     if outside.any():
         spans: dict[str, dict[str, list[float]]] = {}
@@ -149,7 +160,8 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     dtypes = [dtype for group in args.input_dtype or () for dtype in group] or None
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        estimator = Estimator(args.profile, model_type=args.model_type, use_mapping=not args.no_mapping)
+        estimator = Estimator(args.profile, model_type=args.model_type, use_mapping=not args.no_mapping,
+                              measured=args.measured)
         training = estimator.profile.training is not None    # a training profile estimates training passes
         target = trace_model(args.model, shapes, dtypes, args.seq_len, args.example_inputs, training)
         report = estimator.report(target)
@@ -231,9 +243,28 @@ def cmd_profiles(args: argparse.Namespace) -> int:
     return 0
 
 
+def _print_machine(threads: int) -> None:
+    """The busy-machine check before long work: steal, busy CPUs, load; warnings on stderr."""
+    from .measure import machine_state
+
+    state = machine_state(threads=threads)
+    print(f"machine: {state}")
+    for warning in state.warnings:
+        print(f"warning: this machine is too busy for reproducible timings: {warning}", file=sys.stderr)
+
+
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from .calibration import dry_run_campaign, run_campaign
 
+    if (args.sweep is None) == (args.models is None):
+        raise ValueError("calibrate needs either --sweep (a calibration campaign) or --for MODEL ... "
+                         "(the kernels of those networks)")
+    if not args.out and not args.dry_run:
+        raise ValueError("calibrate needs --out DIR (where the measurements go)")
+    if args.models is not None:
+        if args.dry_run or args.minutes or args.retry_failed:
+            raise ValueError("--dry-run, --minutes and --retry-failed apply to a --sweep campaign, not to --for")
+        return _calibrate_for(args)
     options = {"config": args.config} if args.config else {}
     if args.dry_run:
         for spec, commands in dry_run_campaign(args.backend, args.sweep, threads=args.threads,
@@ -244,17 +275,54 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
                 print(command)
         return 0
 
-    if not args.out:
-        raise ValueError("calibrate needs --out DIR (where the measurement store goes)")
     print(f"calibrating {args.backend} ({args.threads} thread(s), {args.precision or 'default precision'}) "
           f"with sweep {args.sweep!r} "
           f"into {args.out}" + (f", for at most {args.minutes:g} min" if args.minutes else ""))
+    _print_machine(args.threads)
     summary = run_campaign(args.backend, args.sweep, args.out, threads=args.threads, precision=args.precision,
                            minutes=args.minutes, timeout_s=args.timeout, warmup=args.warmup, repeats=args.repeats,
-                           backend_options=options, retry_failed=args.retry_failed)
+                           backend_options=options, retry_failed=args.retry_failed, rounds=args.rounds,
+                           statistic=args.statistic, drift=None if args.drift == "auto" else args.drift)
     print(summary)
+    if summary.machine is not None:
+        for warning in summary.machine.warnings:
+            print(f"warning: while measuring: {warning}", file=sys.stderr)
     if summary.stopped_early:
         print("time limit reached; run the same command again to continue where this run stopped")
+    return 0
+
+
+def _calibrate_for(args: argparse.Namespace) -> int:
+    from .backends import get_backend
+    from .calibration.in_context import calibrate_for
+
+    options = {"config": args.config} if args.config else {}
+    backend = get_backend(args.backend, threads=args.threads, precision=args.precision, **options)
+    protocol = protocol_from(args, backend, CALIBRATION_PROTOCOL)
+    print(f"measuring the kernels of {len(args.models)} network(s) on {args.backend} in context: {protocol}")
+    summary = calibrate_for(args.models, args.backend, args.out, profile=args.profile, threads=args.threads,
+                            precision=args.precision, protocol=protocol, input_shape=args.input_shape,
+                            backend_options=options)
+    if summary.machine:
+        print(f"machine before measuring: {summary.machine}")
+    for result in summary.results:
+        print(result)
+    for name in summary.skipped:
+        print(f"{name}: not measured, its kernels are in the table or in a network measured before it")
+    for name, message in summary.failures.items():
+        print(f"{name}: failed: {message}", file=sys.stderr)
+    print(f"table: {summary.folder}; estimate with --measured {summary.folder} "
+          f"(Estimator(profile, measured='{summary.folder}'))")
+    return 1 if summary.failures and not summary.results else 0
+
+
+def cmd_noise(args: argparse.Namespace) -> int:
+    from .backends import get_backend
+    from .measure.noise import NOISE_PROTOCOL, measure_noise
+
+    backend = get_backend(args.backend, threads=args.threads, precision=args.precision)
+    protocol = protocol_from(args, backend, NOISE_PROTOCOL)
+    print(measure_noise(backend, protocol, args.minutes))
     return 0
 
 
@@ -314,10 +382,16 @@ def cmd_adapt(args: argparse.Namespace) -> int:
     else:
         if not (args.backend and sources and args.samples is not None):
             raise ValueError("adapt needs --from, --backend and --samples (or --descriptor for a zero-shot profile)")
+        from .backends import get_backend
+        protocol = protocol_from(args, get_backend(args.backend, threads=args.threads, precision=args.precision))
         profile = transfer_adapt.few_shot(sources, args.backend, args.threads, args.precision, args.samples, args.seed,
-                                          args.name, args.warmup, args.repeats, args.mapping)
+                                          args.name, protocol, args.mapping)
     print(f"wrote {profile.save(args.out)}")
     return 0
+
+
+#: calibration's protocol defaults (:data:`~annette_torch.calibration.campaign.ROUNDS`, ``REPEATS``)
+CALIBRATION_PROTOCOL = Protocol(rounds=ROUNDS, warmup=5, repeats=REPEATS)
 
 
 def _positive_int(text: str) -> int:
@@ -355,6 +429,8 @@ def build_parser() -> argparse.ArgumentParser:
     est.add_argument("--model-type", help="use this layer-model type (e.g. roofline) instead of the profile's preference")
     est.add_argument("--no-mapping", action="store_true", help="skip the fusion rules (each layer is a kernel)")
     est.add_argument("--all", action="store_true", help="also list free kernels (views, identity, dropout)")
+    est.add_argument("--measured", help="a table of kernels measured on this machine (calibrate --for): its kernels "
+                                        "take their measured times")
     est.add_argument("--memory", nargs="?", const="auto", choices=("auto", "inference", "training"),
                      help="also print the memory estimate (Augur): inference, or a training step "
                           "(default: training with a training profile, else inference)")
@@ -365,12 +441,19 @@ def build_parser() -> argparse.ArgumentParser:
     prof = sub.add_parser("profiles", help="list the built-in profiles with their fingerprints")
     prof.set_defaults(func=cmd_profiles)
     from .backends import available_backends
-    cal = sub.add_parser("calibrate", help="measure a sweep of benchmark networks on a runtime into a store")
+    cal = sub.add_parser("calibrate", help="measure a sweep of benchmark networks on a runtime into a store, or "
+                                           "the kernels of given networks (--for) into a table the estimator uses")
     cal.add_argument("--backend", required=True, choices=available_backends())
-    cal.add_argument("--sweep", required=True,
+    cal.add_argument("--sweep",
                      help=f"a shipped sweep ({', '.join(sweep_names())}; package data in "
                           "annette_torch/calibration/sweeps) or the path of a sweep CSV file")
-    cal.add_argument("--out", help="store root; measurements go to a folder per backend fingerprint")
+    cal.add_argument("--for", dest="models", nargs="+", metavar="MODEL",
+                     help="measure the distinct kernels of these networks (as estimate takes them: torchvision:NAME, "
+                          "timm:NAME, file.py:function, model.onnx) in context, each once, into a table under --out")
+    cal.add_argument("--profile", help="with --for: the profile whose kernels the table is keyed by (default: the "
+                                       "built-in profile of the backend, threads and precision)")
+    cal.add_argument("--input-shape", type=_shape, help="with --for: the networks' input shape (default: their own)")
+    cal.add_argument("--out", help="store root (or with --for, table root); a folder per backend fingerprint")
     cal.add_argument("--config",
                      help="backend configuration file (boards: a copy of the shipped example "
                           "annette_torch/backends/boards/<board>.example.toml; without --config the error "
@@ -382,13 +465,21 @@ def build_parser() -> argparse.ArgumentParser:
                                           "runtimes, int8 for zcu102, f16 for ncs2)")
     cal.add_argument("--minutes", type=float, help="stop after this many minutes (rerun to resume)")
     cal.add_argument("--timeout", type=float,
-                     help="seconds before a benchmark counts as hung (default: the backend's, 120 for the CPU runtimes)")
+                     help="seconds before a benchmark's round counts as hung (default: the backend's, 120 for the "
+                          "CPU runtimes)")
     cal.add_argument("--retry-failed", action="store_true",
                      help="measure again the benchmarks whose last attempt failed (e.g. the board was down)")
-    cal.add_argument("--warmup", type=int, default=5, help="untimed inferences per benchmark (default 5)")
-    cal.add_argument("--repeats", type=_positive_int, default=25,
-                     help="timed inferences per benchmark, profiled and end to end each (default 25)")
+    add_protocol_arguments(cal, CALIBRATION_PROTOCOL)
     cal.set_defaults(func=cmd_calibrate)
+    noise = sub.add_parser("noise", help="how reproducible timings are on this machine now: small networks in "
+                                         "interleaved rounds, round-to-round differences, steal and load")
+    noise.add_argument("--backend", required=True, choices=available_backends())
+    noise.add_argument("--threads", type=_positive_int, default=1, help="threads the runtime may use (default 1)")
+    noise.add_argument("--precision", help="arithmetic precision (default: the backend's own)")
+    noise.add_argument("--minutes", type=float, help="keep adding rounds for this many minutes")
+    from .measure.noise import NOISE_PROTOCOL
+    add_protocol_arguments(noise, NOISE_PROTOCOL)
+    noise.set_defaults(func=cmd_noise)
     stores = sub.add_parser("stores", help="summarize the measurement stores under a folder")
     stores.add_argument("root", help="a store folder or a folder of stores (e.g. calibration/data)")
     stores.add_argument("--compact", action="store_true", help="first move each store's rows into its .csv.gz archives")
@@ -430,8 +521,7 @@ def build_parser() -> argparse.ArgumentParser:
     adapt.add_argument("--descriptor", help="device descriptor JSON: build a zero-shot profile, measure nothing")
     adapt.add_argument("--out", required=True, help="where to write the adapted profile (.json)")
     adapt.add_argument("--name", help="profile name (default: derived from the device and the source)")
-    adapt.add_argument("--warmup", type=int, default=5, help="untimed inferences per network (default 5)")
-    adapt.add_argument("--repeats", type=_positive_int, default=25, help="timed inferences per network (default 25)")
+    add_protocol_arguments(adapt)
     adapt.set_defaults(func=cmd_adapt)
     return parser
 

@@ -18,12 +18,15 @@ Each kernel of a report says what its estimate can vouch for (``confidence``):
 * ``unranged``: such a model, but the profile records no calibrated range for it;
 * ``fallback``: the profile's ``default`` entry answered (a kind without its own model,
   or a kind no formula claims);
+* ``measured``: measured in context on this machine (``Estimator(measured=...)``, made by
+  ``annette-torch calibrate --for``): the table's time, not a model's;
 * ``free``: a view or a layer the target's compiler removes; it costs nothing.
 """
 from __future__ import annotations
 
 import collections
 import math
+import os
 import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -38,6 +41,7 @@ from .layer_models.adapted import AdaptedKernels
 from .layer_models.fused_layers import FusedLayers
 from .layer_models.weights_from_memory import WeightsFromMemory
 from .mapping import NO_INPUT_GRAD, KernelTable, map_kernels
+from .measure.kernel_table import MeasuredKernels
 from .memory import MemoryEstimate, estimate_memory
 from .profiles import Profile, load_profile
 from .profiles import check_machine
@@ -114,12 +118,22 @@ class Estimator:
     drops the profile's floor of weight bytes over memory bandwidth per kernel (see
     :mod:`annette_torch.layer_models.weights_from_memory`), for networks whose weights
     stay cached between inferences, such as a calibration benchmark run in a loop.
+    ``measured``: a table of kernels measured in context on this machine (a folder made
+    by ``annette-torch calibrate --for``, or a
+    :class:`~annette_torch.measure.kernel_table.MeasuredKernels`); a kernel it holds takes
+    its measured time instead of the layer models' (``layer_model`` "measured" in
+    :meth:`report`). It must describe the profile's backend, threads and precision.
     """
 
     def __init__(self, profile: str | Profile = DEFAULT_PROFILE, model_type: str | None = None,
-                 use_mapping: bool = True, weights_from_memory: bool = True) -> None:
+                 use_mapping: bool = True, weights_from_memory: bool = True,
+                 measured: str | os.PathLike | MeasuredKernels | None = None) -> None:
         self.profile = load_profile(profile)
         check_machine(self.profile)
+        self.measured = measured if measured is None or isinstance(measured, MeasuredKernels) \
+            else MeasuredKernels.load(measured, self.profile.fingerprint)
+        if self.measured is not None:
+            self.measured.check_profile(self.profile.fingerprint, self.profile.name)
         if model_type is not None and model_type not in self.profile.layer_models:
             raise ValueError(f"profile {self.profile.name!r} has no {model_type!r} layer models; "
                              f"it has: {', '.join(self.profile.model_types())}"
@@ -137,8 +151,9 @@ class Estimator:
         self._plan_key = ("plan", object())  # this estimator's entry in a graph's cache
 
     def __repr__(self) -> str:
+        measured = f", measured={str(self.measured.folder)!r}" if self.measured is not None else ""
         return (f"Estimator(profile={self.profile.name!r}, model_type={self.model_type!r}, "
-                f"use_mapping={self.use_mapping}, weights_from_memory={self.weights_from_memory})")
+                f"use_mapping={self.use_mapping}, weights_from_memory={self.weights_from_memory}{measured})")
 
     def graph_of(self, model: nn.Module | LayerGraph, *, training: bool | None = None,
                  **trace_kwargs: Any) -> LayerGraph:
@@ -201,29 +216,44 @@ class Estimator:
             model = AdaptedKernels(model, self.profile.adaptation)
         return model
 
-    def model_groups(self, table: KernelTable) -> list[tuple[np.ndarray, Any]]:
-        """(row indices, layer model) per kernel kind of ``table``, free kernels left out:
-        what one vectorized prediction per kind needs."""
-        groups = [(kind, rows[~table.free[rows]]) for kind, rows in table.groups.items()]
+    def model_groups(self, table: KernelTable, skip: np.ndarray | None = None) -> list[tuple[np.ndarray, Any]]:
+        """(row indices, layer model) per kernel kind of ``table``, free kernels (and
+        those ``skip`` marks) left out: what one vectorized prediction per kind needs."""
+        skip = table.free if skip is None else table.free | skip
+        groups = [(kind, rows[~skip[rows]]) for kind, rows in table.groups.items()]
         return [(rows, self.group_model(table, kind, rows)) for kind, rows in groups if len(rows)]
 
-    def plan(self, graph: LayerGraph) -> tuple[KernelTable, list[tuple[str, np.ndarray, np.ndarray, Any]]]:
-        """The kernel table of ``graph`` and, per kernel kind, (kind, rows, features, layer
-        model) of its executed kernels: all an estimate of the graph computes. Cached on
-        the graph; the warnings about unknown kinds and free work come once per graph."""
+    def measured_ms(self, table: KernelTable) -> np.ndarray:
+        """Per kernel of ``table``: its time measured in context (``measured``), NaN where
+        there is none and for free kernels."""
+        if self.measured is None:
+            return np.full(len(table), np.nan)
+        times = self.measured.lookup(table)
+        times[table.free] = np.nan
+        return times
+
+    def plan(self, graph: LayerGraph) -> tuple[KernelTable, list[tuple[str, np.ndarray, np.ndarray, Any]], np.ndarray]:
+        """The kernel table of ``graph``, per kernel kind (kind, rows, features, layer
+        model) of its executed kernels the layer models answer, and per kernel its
+        measured time (NaN where the layer models answer): all an estimate of the graph
+        computes. Cached on the graph; the warnings about unknown kinds and free work come
+        once per graph."""
         plan = graph._cache.get(self._plan_key)
         if plan is None:
             table = self.kernel_table(graph)
+            measured = self.measured_ms(table)
             plan = table, [(table.kinds[rows[0]], rows, table.features[rows], model)
-                           for rows, model in self.model_groups(table)]
+                           for rows, model in self.model_groups(table, np.isfinite(measured))], measured
             graph._cache[self._plan_key] = plan
             self._warn_unknown(graph, table)
             self._warn_free(graph)
         return plan
 
     def kernel_times(self, graph: LayerGraph) -> KernelTimes:
-        """Map ``graph`` to kernels and predict each kernel's time and confidence."""
-        table, groups = self.plan(graph)
+        """Map ``graph`` to kernels and predict each kernel's time and confidence; a
+        kernel measured in context takes its measured time (confidence "measured"), its
+        bound and bytes still from its layer model."""
+        table, groups, measured = self.plan(graph)
         n = len(table)
         time_ms, moved = np.zeros(n), np.zeros(n)
         bound, outside = np.zeros(n, dtype=bool), np.zeros((n, len(FEATURES)), dtype=bool)
@@ -238,8 +268,15 @@ class Estimator:
             confidence[rows], outside[rows] = self._confidence(type_name, entry, feats)
             for r in rows:
                 types[r], entries[r] = type_name, entry
+        known = np.isfinite(measured)
+        for rows, model in self.model_groups(table, ~known) if known.any() else ():
+            feats = table.features[rows]
+            bound[rows], moved[rows] = model.predict(feats)[1], model.bytes_moved(feats)
+            time_ms[rows], confidence[rows] = measured[rows], "measured"
+            for r in rows:
+                types[r], entries[r] = "measured", "measured"
         return KernelTimes(table, time_ms, bound, moved, types, entries, confidence, outside,
-                           self._total_ms(graph, total_s))
+                           self._total_ms(graph, total_s, measured))
 
     def _confidence(self, type_name: str, entry: str, features: np.ndarray) -> tuple[Any, np.ndarray]:
         """(confidence, features outside the calibrated range) of kernels answered by
@@ -264,21 +301,27 @@ class Estimator:
         per kernel kind.
         """
         graph = self.graph_of(model, **trace_kwargs)
-        table, groups = self.plan(graph)
+        table, groups, measured = self.plan(graph)
         seconds = 0.0
         for kind, rows, features, layer_model in groups:
             seconds += self._checked_sum(graph, table, kind, rows, layer_model.predict(features)[0])
-        return self._total_ms(graph, seconds)
+        return self._total_ms(graph, seconds, measured)
 
-    def _total_ms(self, graph: LayerGraph, kernel_s: float) -> float:
-        """``kernel_s`` (the checked sum of the kernel times) in ms plus the profile's
-        ``overhead_ms``; :class:`EstimateError` if that overhead is not a finite number
-        >= 0 (a profile built in Python, which no load validated)."""
+    def _total_ms(self, graph: LayerGraph, kernel_s: float, measured: np.ndarray) -> float:
+        """``kernel_s`` (the checked sum of the modelled kernel times) in ms plus the
+        kernels measured in context (``measured``, NaN or infinite where the models answer)
+        and the profile's ``overhead_ms``; :class:`EstimateError` if a measured time is
+        negative or the overhead not a finite number >= 0 (a profile built in Python,
+        which no load validated)."""
         overhead = self.profile.overhead_ms
         if not (isinstance(overhead, (int, float)) and 0 <= overhead < math.inf):
             raise EstimateError(f"{graph.model_name or 'the model'}: profile {self.profile.name!r} has overhead_ms "
                                 f"{overhead!r}; it must be a finite number >= 0")
-        return kernel_s * 1e3 + overhead
+        known = measured[np.isfinite(measured)]
+        if (known < 0).any():
+            raise EstimateError(f"{graph.model_name or 'the model'}: a kernel measured in context has the negative "
+                                f"time {float(known.min()):g} ms (measured kernels of {self.measured.folder})")
+        return kernel_s * 1e3 + float(known.sum()) + overhead
 
     def _checked_sum(self, graph: LayerGraph, table: KernelTable, kind: str, rows: np.ndarray,
                      seconds: np.ndarray) -> float:

@@ -2,17 +2,28 @@
 latency measured on this machine (a benchmark: prints tables, asserts nothing).
 
     python benchmarks/accuracy.py --backend openvino-cpu --threads 1 [--precision bf16] --profile PROFILE \
-        [--sets zoo,nb201] [--models a,b] [--nb201 50] [--warmup 5 --repeats 25] \
-        [--remeasure] [--rounds 3] [--plot FILE.png] [--json FILE]
+        [--sets zoo,nb201] [--models a,b] [--nb201 50] [--rounds 3 --warmup 5 --repeats 10] \
+        [--statistic p10] [--drift canary] [--remeasure] [--plot FILE.png] [--json FILE]
 
 Sets: ``zoo`` (22 torchvision models, batch 1, default resolution) and ``nb201``
-(NAS-Bench-201 cells sampled with seed 201, input 1x3x32x32). Measurements are kept in
+(NAS-Bench-201 cells sampled with seed 201, input 1x3x32x32). Networks are measured
+with the measuring protocol (:mod:`annette_torch.measure.protocol`: interleaved rounds,
+drift correction against a canary, the statistic of the pooled runs; the same as
+calibration's). Measurements are kept in
 ``benchmarks/results/<fingerprint folder>/measured.csv`` (one row appended per network, a
 rerun skips measured networks unless ``--remeasure``; the newest row of a network wins)
-beside the ``fingerprint.json`` of the backend that took them. Variants: ``flops`` (time =
-scale * ops, one scale fitted in-sample as the geometric mean of measured/ops, so it is
-optimistic) and each layer-model type of the profile with (``+map``) and without
-(``-map``) the mapping model.
+beside the ``fingerprint.json`` of the backend that took them and the folder's
+``protocol.json`` (:mod:`annette_torch.measure.record`): rows older than its ``since``
+were taken with another protocol and are measured again. A folder measured before the
+protocol (no ``protocol.json``) holds rows without drift correction: ``--drift none``
+re-scores them (``--statistic median``: the median of the rounds' medians, ``p10``: the
+pooled p10) without measuring; with the canary everything is measured anew. ``median_ms``, ``p10_ms`` and
+``p90_ms`` are those of the pooled drift-corrected runs; the ground truth is the column
+of ``--statistic``. Each session appends the machine's state (steal, load, canary
+spread) to ``sessions.jsonl`` there; the report prints it beside the accuracy.
+Variants: ``flops`` (time = scale * ops, one scale fitted in-sample as the geometric
+mean of measured/ops, so it is optimistic) and each layer-model type of the profile
+with (``+map``) and without (``-map``) the mapping model.
 """
 from __future__ import annotations
 
@@ -36,13 +47,15 @@ import numpy as np
 import pandas as pd
 import torch
 from scipy.stats import spearmanr
-from tqdm import tqdm
 
 from annette_torch import Estimator, UnknownKindWarning, load_profile, trace
 from annette_torch.atomic import atomic_path
 from annette_torch.backends import get_backend
-from annette_torch.backends.base import BackendError
 from annette_torch.calibration.store import fingerprint_folder
+from annette_torch.measure import ItemFailed, Measured, Protocol
+from annette_torch.measure.arguments import add_protocol_arguments, protocol_from
+from annette_torch.measure.networks import measure_networks as measure_with_protocol
+from annette_torch.measure.record import LEGACY, describe, differences, new_record, read_record, write_record
 from annette_torch.nas.nasbench201 import NB201Network, sample_architectures
 from annette_torch.transfer.references import Network, torchvision_model
 
@@ -54,6 +67,9 @@ NB201_SEED = 201
 MODEL_TYPES = ("roofline", "refined_roofline", "statistical", "mixed")
 COLUMNS = ("set", "network", "input_shape", "median_ms", "p10_ms", "p90_ms", "spread", "repeats", "measured_at")
 RESULTS_ROOT = Path(__file__).parent / "results"
+#: the column of measured.csv that holds each statistic the benchmark may use as ground truth
+GROUND_TRUTH = {"p10": "p10_ms", "median": "median_ms"}
+DEFAULT_PROTOCOL = Protocol()
 
 
 def networks(sets: list[str], models: list[str] | None = None, nb201: int = 50) -> list[Network]:
@@ -91,9 +107,10 @@ def results_folder(root: str | os.PathLike, fingerprint: dict) -> Path:
     return folder
 
 
-def read_measured(folder: str | os.PathLike) -> pd.DataFrame:
-    """The newest row per (set, network) of ``folder/measured.csv`` (empty if none); a last
-    line cut by a kill is ignored."""
+def read_measured(folder: str | os.PathLike, since: str | None = None) -> pd.DataFrame:
+    """The newest row per (set, network) of ``folder/measured.csv`` (empty if none), of
+    rows measured at or after ``since`` (ISO time) if given; a last line cut by a kill is
+    ignored."""
     path = Path(folder) / "measured.csv"
     data = path.read_text() if path.exists() else ""
     lines = data.splitlines(keepends=True)
@@ -101,7 +118,38 @@ def read_measured(folder: str | os.PathLike) -> pd.DataFrame:
     if not complete:
         return pd.DataFrame(columns=COLUMNS)
     frame = pd.read_csv(io.StringIO(complete), dtype={"set": str, "network": str, "input_shape": str})
+    if since is not None:
+        frame = frame[pd.to_datetime(frame["measured_at"], format="ISO8601") >= pd.Timestamp(since)]
     return frame.drop_duplicates(["set", "network"], keep="last").reset_index(drop=True)
+
+
+def folder_record(folder: Path) -> dict | None:
+    """The folder's protocol record (:mod:`annette_torch.measure.record`); for a folder
+    measured before records existed, :data:`~annette_torch.measure.record.LEGACY` (its rows
+    hold the median of the rounds' medians and the pooled p10, without drift correction);
+    None for a folder without measurements."""
+    record = read_record(folder)
+    if record is None and not read_measured(folder).empty:
+        record = dict(LEGACY)
+    return record
+
+
+def ground_truth(folder: str | os.PathLike) -> tuple[pd.DataFrame, str]:
+    """The rows of ``folder`` measured under its protocol record, and the statistic the
+    record names as their ground truth (:data:`GROUND_TRUTH` gives its column)."""
+    record = folder_record(Path(folder)) or dict(LEGACY)
+    statistic = record["statistic"] if record["statistic"] in GROUND_TRUTH else DEFAULT_PROTOCOL.statistic
+    return read_measured(folder, record["since"]), statistic
+
+
+def protocol_record(folder: Path, protocol: Protocol) -> dict:
+    """The folder's record, started anew (rows before it no longer count) when it has none
+    or another drift correction."""
+    record = folder_record(folder)
+    if record is None or differences(record, protocol, statistic=False):
+        record = new_record(protocol)
+        write_record(folder, record)
+    return record
 
 
 def _append_row(path: Path, row: dict) -> None:
@@ -137,58 +185,83 @@ def measuring_lock(root: str | os.PathLike) -> Iterator[None]:
         yield
 
 
-def _row(net: Network, latencies: list) -> dict:
-    """The results row of ``net`` from its rounds: median of the rounds' medians; p10, p90
-    and spread of all runs pooled."""
-    runs = np.concatenate([latency.runs_ms for latency in latencies])
-    median = float(np.median([latency.median_ms for latency in latencies]))
-    p10, p90 = np.percentile(runs, [10, 90])
+def _row(net: Network, measured: Measured) -> dict:
+    """The results row of ``net``: median, p10 and p90 of its pooled, drift-corrected runs."""
+    median, p10 = measured.value("median"), measured.value("p10")
+    p90 = float(np.percentile(measured.runs_ms, 90))
     return {"set": net.set, "network": net.name, "input_shape": "x".join(map(str, net.input_shape)),
             "median_ms": f"{median:.6g}", "p10_ms": f"{p10:.6g}", "p90_ms": f"{p90:.6g}",
-            "spread": f"{(p90 - p10) / median:.4f}", "repeats": len(runs),
-            "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+            "spread": f"{measured.spread:.4f}", "repeats": len(measured.runs_ms),
+            "measured_at": datetime.now(timezone.utc).isoformat(timespec="microseconds")}
 
 
-def measure_networks(backend, nets: list[Network], root: str | os.PathLike = RESULTS_ROOT, warmup: int = 5,
-                     repeats: int = 25, remeasure: bool = False,
-                     rounds: int = 1) -> tuple[pd.DataFrame, Path, list[str]]:
-    """Measure ``nets`` not yet in the results folder of ``backend`` (all with ``remeasure``)
-    under :func:`measuring_lock`, in ``rounds`` passes over all of them (on a shared machine
-    a slow minute then hits one round of many networks, not all runs of one), appending a
-    network's row after its last round. Returns (rows of ``nets``, the CSV path, failure
-    messages)."""
+def _builder(net: Network):
+    """``net.build``, refusing networks whose output does not depend on the input."""
+    def build():
+        model = net.build()
+        if not getattr(model, "depends_on_input", True):
+            raise ItemFailed("the output does not depend on the input (a none edge on every path through the "
+                             "cell); runtimes fold it to a constant, there is nothing to measure")
+        return model
+    return build
+
+
+def measure_networks(backend, nets: list[Network], root: str | os.PathLike = RESULTS_ROOT,
+                     protocol: Protocol = DEFAULT_PROTOCOL, remeasure: bool = False,
+                     progress: bool = True) -> tuple[pd.DataFrame, Path, list[str]]:
+    """Measure ``nets`` not yet in the results folder of ``backend`` under its protocol
+    record (all with ``remeasure``) with ``protocol``, under :func:`measuring_lock`,
+    appending a network's row as soon as its last round is done and the session's
+    machine state to ``sessions.jsonl``. Returns (rows of ``nets``, the CSV path,
+    failure messages)."""
+    if protocol.statistic not in GROUND_TRUTH:
+        raise ValueError(f"the results files hold {', '.join(GROUND_TRUTH)} of the runs; "
+                         f"statistic {protocol.statistic!r} cannot be the ground truth")
     with measuring_lock(root):
         folder = results_folder(root, backend.fingerprint())
+        record = protocol_record(folder, protocol)
         path = folder / "measured.csv"
-        previous = read_measured(folder)
+        previous = read_measured(folder, record["since"])
         done = set() if remeasure else set(zip(previous["set"], previous["network"]))
+        todo = {(n.set, n.name): n for n in nets if (n.set, n.name) not in done}
         failures = []
-        todo = [n for n in nets if (n.set, n.name) not in done]
-        rounds_of: dict[tuple[str, str], list] = {(n.set, n.name): [] for n in todo}
-        for round_index in range(rounds):
-            for net in tqdm(todo, desc=f"measure (round {round_index + 1} of {rounds})", unit="net"):
-                key = (net.set, net.name)
-                if key not in rounds_of:
-                    continue                          # failed or skipped in an earlier round
-                model = net.build()
-                if not getattr(model, "depends_on_input", True):
-                    failures.append(f"{net.set}/{net.name}: the output does not depend on the input (a none edge on "
-                                    f"every path through the cell); runtimes fold it to a constant, there is nothing "
-                                    f"to measure")
-                    del rounds_of[key]
-                    continue
-                try:
-                    rounds_of[key].append(backend.measure(model, net.input_shape, warmup=warmup, repeats=repeats))
-                except BackendError as error:
-                    failures.append(f"{net.set}/{net.name}: {error}")
-                    del rounds_of[key]
-                    continue
-                if len(rounds_of[key]) == rounds:
-                    _append_row(path, _row(net, rounds_of.pop(key)))
-    measured = read_measured(folder)
+        if todo:
+            def started(reference_ms):
+                if reference_ms is not None and record.get("canary_ms") is None:
+                    record["canary_ms"] = reference_ms
+                    write_record(folder, record)
+
+            session = measure_with_protocol(
+                backend, [(key, _builder(net), net.input_shape) for key, net in todo.items()], protocol,
+                reference_ms=record.get("canary_ms"), on_start=started,
+                on_measured=lambda key, measured: _append_row(path, _row(todo[key], measured)), progress=progress)
+            failures = [f"{key[0]}/{key[1]}: {message}" for key, message in session.failures.items()]
+            if session.measured:
+                _append_session(folder, protocol, session)
+    measured = read_measured(folder, record["since"])
     wanted = {(n.set, n.name) for n in nets}
     keep = [key in wanted for key in zip(measured["set"], measured["network"])]
     return measured[keep].reset_index(drop=True), path, failures
+
+
+def _append_session(folder: Path, protocol: Protocol, session) -> None:
+    """One line of ``sessions.jsonl``: when, how, on what machine state, how many networks."""
+    line = {"finished_utc": datetime.now(timezone.utc).isoformat(timespec="microseconds"), "protocol": protocol.to_json(),
+            "reference_ms": session.session.reference_ms, "before": str(session.before), "during": str(session.during),
+            "warnings": session.before.warnings + session.during.warnings, "networks": len(session.measured),
+            "failed": len(session.failures)}
+    with open(folder / "sessions.jsonl", "a") as handle:
+        handle.write(json.dumps(line) + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def read_sessions(folder: Path, since: str | None = None) -> list[dict]:
+    """The sessions of ``sessions.jsonl`` that finished at or after ``since``."""
+    path = folder / "sessions.jsonl"
+    lines = path.read_text().splitlines() if path.exists() else []
+    sessions = [json.loads(line) for line in lines if line.strip().endswith("}")]
+    return [s for s in sessions if since is None or pd.Timestamp(s["finished_utc"]) >= pd.Timestamp(since)]
 
 
 def metrics(measured_ms, estimated_ms) -> dict[str, float]:
@@ -201,8 +274,9 @@ def metrics(measured_ms, estimated_ms) -> dict[str, float]:
 
 
 def evaluate(profile: str, nets: list[Network], measured: pd.DataFrame,
-             graphs: dict[tuple[str, str], object] | None = None) -> dict:
-    """Estimate each measured network of ``nets`` with every variant and score them.
+             graphs: dict[tuple[str, str], object] | None = None, statistic: str = DEFAULT_PROTOCOL.statistic) -> dict:
+    """Estimate each measured network of ``nets`` with every variant and score them
+    against the ``statistic`` column of ``measured`` (:data:`GROUND_TRUTH`).
 
     ``graphs`` caches traced graphs by (set, name) across calls. Returns ``variants``,
     ``sets`` (metrics per set and variant), ``rows`` (per network: measured, spread, ops,
@@ -210,6 +284,7 @@ def evaluate(profile: str, nets: list[Network], measured: pd.DataFrame,
     and ``failures`` (networks that failed to trace)."""
     graphs = {} if graphs is None else graphs
     by_key = {(r.set, r.network): r for r in measured.itertuples()}
+    truth = GROUND_TRUTH[statistic]
     types = load_profile(profile).model_types()
     notes = [f"profile {profile!r} has no {t!r} layer models: skipped" for t in MODEL_TYPES if t not in types]
     estimators = {f"{t}{'+map' if m else '-map'}": Estimator(profile, model_type=t, use_mapping=m)
@@ -225,7 +300,7 @@ def evaluate(profile: str, nets: list[Network], measured: pd.DataFrame,
         except Exception as error:  # noqa: BLE001 -- report and carry on with the others
             failures.append(f"{net.set}/{net.name}: {type(error).__name__}: {str(error).splitlines()[0]}")
             continue
-        row = {"set": net.set, "network": net.name, "measured_ms": float(by_key[key].median_ms),
+        row = {"set": net.set, "network": net.name, "measured_ms": float(getattr(by_key[key], truth)),
                "spread": float(by_key[key].spread), "ops": graphs[key].total("ops")}
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -249,10 +324,18 @@ def evaluate(profile: str, nets: list[Network], measured: pd.DataFrame,
             "unknown": unknown, "failures": failures}
 
 
-def print_report(summary: dict, source: Path, measured: pd.DataFrame) -> None:
-    """The per-set tables and the per-network table of the main variant."""
+def print_report(summary: dict, source: Path, measured: pd.DataFrame, sessions: list[dict] = (),
+                 record: dict | None = None) -> None:
+    """The measurements' provenance and machine state, the per-set tables and the
+    per-network table of the main variant."""
     when = sorted(measured["measured_at"])
     print(f"measurements: {source} ({len(measured)} networks, taken {when[0]} .. {when[-1]} UTC)")
+    if record is not None:
+        print(f"ground truth: {describe(record)}")
+    for session in sessions:
+        print(f"session finished {session['finished_utc']}: {session['networks']} networks; before: "
+              f"{session['before']}; during: {session['during']}"
+              + "".join(f"\n  warning: {w}" for w in session["warnings"]))
     for note in summary["notes"]:
         print(f"note: {note}")
     for name, table in summary["sets"].items():
@@ -318,28 +401,26 @@ def main() -> None:
     parser.add_argument("--sets", default="zoo,nb201")
     parser.add_argument("--models", default=None, help="comma-separated network names to keep")
     parser.add_argument("--nb201", type=int, default=50, help="NAS-Bench-201 cells to sample")
-    parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--repeats", type=int, default=25)
     parser.add_argument("--remeasure", action="store_true")
-    parser.add_argument("--rounds", type=int, default=1,
-                        help="passes over all networks; a network's time is the median of its rounds' medians")
+    add_protocol_arguments(parser, DEFAULT_PROTOCOL, statistics=tuple(GROUND_TRUTH))
     parser.add_argument("--results", default=str(RESULTS_ROOT), help="root of the results folders")
     parser.add_argument("--plot", default=None)
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
-    if args.repeats < 20:
-        raise SystemExit("--repeats must be at least 20 for a stable median and p10/p90")
     torch.set_num_threads(1)
     nets = networks(args.sets.split(","), args.models.split(",") if args.models else None, args.nb201)
     try:
         backend = get_backend(args.backend, threads=args.threads, precision=args.precision)
+        protocol = protocol_from(args, backend, DEFAULT_PROTOCOL)
     except ValueError as error:
         raise SystemExit(str(error)) from None
+    if protocol.rounds * protocol.repeats < 20:
+        raise SystemExit("--rounds x --repeats must be at least 20 for a stable p10 and median")
     backend.prepare_process()        # this process only measures: set it up as a campaign's worker is
+    print(f"measuring protocol: {protocol}")
     start = time.perf_counter()
     try:
-        measured, source, failures = measure_networks(backend, nets, args.results, args.warmup, args.repeats,
-                                                      args.remeasure, args.rounds)
+        measured, source, failures = measure_networks(backend, nets, args.results, protocol, args.remeasure)
     except ResultsError as error:
         raise SystemExit(str(error)) from None
     print(f"measuring took {time.perf_counter() - start:.0f} s; median spread {measured['spread'].median():.3f}")
@@ -347,12 +428,15 @@ def main() -> None:
         print(f"measure failed: {failure}")
     if measured.empty:
         raise SystemExit("no measurements to evaluate")
-    summary = evaluate(args.profile, nets, measured)
-    print_report(summary, source, measured)
+    summary = evaluate(args.profile, nets, measured, statistic=protocol.statistic)
+    record = folder_record(source.parent)
+    sessions = read_sessions(source.parent, record["since"])
+    print_report(summary, source, measured, sessions, record)
     if args.json:
         with atomic_path(args.json) as tmp:
             tmp.write_text(json.dumps({"source": str(source), "profile": args.profile,
-                                       "fingerprint": backend.fingerprint(), **summary}, indent=1) + "\n")
+                                       "fingerprint": backend.fingerprint(), "protocol": record,
+                                       "sessions": sessions, **summary}, indent=1) + "\n")
     if args.plot:
         plot(summary, args.plot)
 

@@ -43,7 +43,7 @@ def learning_curve(backend: str, threads: int, sizes: list[int | None], seed: in
     fingerprint = get_backend(backend, threads=threads).fingerprint()
     store = ROOT / "calibration" / "data" / fingerprint_folder(fingerprint)
     source = accuracy.results_folder(accuracy.RESULTS_ROOT, fingerprint)
-    measured = accuracy.read_measured(source)
+    measured, statistic = accuracy.ground_truth(source)
     if measured.empty:
         raise SystemExit(f"no measurements in {source}; run benchmarks/accuracy.py --backend {backend} first")
     nets = accuracy.networks(sets)
@@ -55,7 +55,7 @@ def learning_curve(backend: str, threads: int, sizes: list[int | None], seed: in
                 warnings.simplefilter("ignore")
                 profile = fit_profile(store, sample=size, seed=seed)
             path = profile.save(Path(folder) / f"{size}.json")
-            summary = accuracy.evaluate(str(path), nets, measured, graphs)
+            summary = accuracy.evaluate(str(path), nets, measured, graphs, statistic=statistic)
             metrics = profile.fit_metrics
             rows.append({"benchmarks": metrics["split"]["train_benchmarks"] + metrics["split"]["test_benchmarks"],
                          "measuring_min": metrics["measuring_s"] / 60,

@@ -48,7 +48,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from accuracy import RESULTS_ROOT, metrics, networks, read_measured
+from accuracy import GROUND_TRUTH, RESULTS_ROOT, ground_truth, metrics, networks
 from annette_torch import Estimator, load_profile, trace
 from annette_torch.atomic import atomic_path
 from annette_torch.backends import get_backend
@@ -73,8 +73,8 @@ def measured_times(device: str) -> dict[tuple[str, str], float] | None:
     folder = RESULTS_ROOT / fingerprint_folder(get_backend(backend, threads=threads, precision=precision).fingerprint())
     if not (folder / "measured.csv").exists():
         return None
-    frame = read_measured(folder)
-    return {(r.set, r.network): float(r.median_ms) for r in frame.itertuples()}
+    frame, statistic = ground_truth(folder)
+    return {(r.set, r.network): float(getattr(r, GROUND_TRUTH[statistic])) for r in frame.itertuples()}
 
 
 def scores(keys: list, estimates: dict, measured: dict) -> dict[str, dict[str, float]]:

@@ -8,9 +8,10 @@ It builds the dynamic network of seed 002 ("Incremental Training and Group Convo
 Pruning"), prunes it to its 25/50/75/100 % configurations (1..4 of 4 groups), estimates
 each configuration on every built-in profile and every ``--profile`` file, and picks the
 largest configuration within the budget per target. Then it measures every configuration
-on the local runtimes (``backend/threads``, the runtime's thread count fixed): 5 rounds in
-which the configurations take turns, each round 20 warm-up and 40 timed runs; the median
-of the 200 runs and their spread. It picks by measurement, checks that measured time grows
+on the local runtimes (``backend/threads``, the runtime's thread count fixed) with the
+measuring protocol (:mod:`annette_torch.measure.protocol`): 5 rounds in which the
+configurations take turns, each round 20 warm-up and 40 timed runs, drift-corrected
+against the canary; the 10th percentile of the 200 runs and their spread. It picks by measurement, checks that measured time grows
 with the configuration, and compares with the estimate-based pick wherever a profile's
 fingerprint names that runtime (backend and threads).
 ``--budget-ms``: one value for every target, and/or ``target=value`` pairs; a measured
@@ -46,7 +47,9 @@ import torch
 from torch import nn
 
 from annette_torch import Estimator, LayerGraph, Profile, load_profile, trace
-from annette_torch.backends import Latency, available_backends, get_backend
+from annette_torch.backends import available_backends, get_backend
+from annette_torch.measure import Measured, Protocol
+from annette_torch.measure.networks import measure_networks
 from annette_torch.profiles import builtin_names
 
 GROUPS = 4
@@ -57,7 +60,7 @@ INPUT_SHAPE = (1, 3, 32, 32)
 NUM_CLASSES = 10
 RUNTIMES = ("openvino-cpu/1", "openvino-cpu/2", "onnxruntime-cpu/1", "torch-cpu/1")
 SMOKE_RUNTIMES = ("openvino-cpu/1", "torch-cpu/1")
-FULL_TIMING, SMOKE_TIMING = (20, 40, 5), (5, 20, 1)   # (warm-up runs, timed runs, rounds)
+FULL_TIMING, SMOKE_TIMING = Protocol(rounds=5, warmup=20, repeats=40), Protocol(rounds=1, warmup=5, repeats=20)
 DEFAULT_BUDGET_MS = 0.4
 
 
@@ -211,19 +214,19 @@ def report_estimates(estimates: dict[str, dict[int, float]], budgets: dict[str |
 
 
 def measure_all(runtimes: list[str], models: dict[int, GroupedAlexNet],
-                timing: tuple[int, int, int]) -> dict[str, dict[int, Latency]]:
-    """Per runtime and configuration, the timed runs of all rounds; configurations take
-    turns within each round, so a change in the machine's load hits all of them alike."""
-    warmup, repeats, rounds = timing
+                timing: Protocol) -> dict[str, dict[int, Measured]]:
+    """Per runtime and configuration, the measurement with the measuring protocol:
+    configurations take turns within each round, so a change in the machine's load
+    hits all of them alike, and each round is drift-corrected against the canary."""
     measured = {}
     for runtime in runtimes:
         name, threads = parse_runtime(runtime)
         backend = get_backend(name, threads=threads)
-        runs_ms: dict[int, list[float]] = {k: [] for k in models}
-        for _ in range(rounds):
-            for k, model in models.items():
-                runs_ms[k] += backend.measure(model, INPUT_SHAPE, warmup=warmup, repeats=repeats).runs_ms
-        measured[runtime] = {k: Latency.from_runs(runs, threads) for k, runs in runs_ms.items()}
+        session = measure_networks(backend, [(k, lambda model=model: model, INPUT_SHAPE) for k, model in models.items()],
+                                   timing, progress=False)
+        if session.failures:
+            raise SystemExit(f"{runtime}: {next(iter(session.failures.values()))}")
+        measured[runtime] = session.measured
     return measured
 
 
@@ -234,18 +237,16 @@ def matching_profiles(profiles: dict[str, Profile], runtime: str) -> list[str]:
             if p.fingerprint.get("backend") == name and p.fingerprint.get("threads") == threads]
 
 
-def report_measurements(measured: dict[str, dict[int, Latency]], timing: tuple[int, int, int],
+def report_measurements(measured: dict[str, dict[int, Measured]], timing: Protocol,
                         estimates: dict[str, dict[int, float]], profiles: dict[str, Profile],
                         budgets: dict[str | None, float]) -> None:
-    warmup, repeats, rounds = timing
-    print_table(f"Measured latency on this machine (ms): median of {rounds} x {repeats} runs, each round "
-                f"after {warmup} warm-up runs (spread = (p90 - p10) / median)",
-                {runtime: {k: f"{lat.median_ms:.3f} ({lat.spread:.0%})" for k, lat in lats.items()}
+    print_table(f"Measured latency on this machine (ms): {timing} (spread = (p90 - p10) / median)",
+                {runtime: {k: f"{m.time_ms:.3f} ({m.spread:.0%})" for k, m in lats.items()}
                  for runtime, lats in measured.items()})
     print("\nLargest configuration within budget, by measurement and by estimate")
     for runtime, lats in measured.items():
-        times = {k: lat.median_ms for k, lat in lats.items()}
-        bands = {k: tuple(np.percentile(lat.runs_ms, [10, 90])) for k, lat in lats.items()}
+        times = {k: m.time_ms for k, m in lats.items()}
+        bands = {k: tuple(np.percentile(m.runs_ms, [10, 90])) for k, m in lats.items()}
         budget = budget_for(budgets, runtime, runtime.partition("/")[0])
         measured_k = largest_fitting(times, budget) if budget is not None else None
         print(f"  {runtime:<20} measured: {choice_text(times, budget)}; monotone: {monotone_text(times, bands)}")

@@ -43,13 +43,15 @@ import torch
 
 from annette_torch import Estimator
 from annette_torch.backends import available_backends, cpu_model, get_backend
+from annette_torch.measure import Protocol
+from annette_torch.measure.networks import measure_networks
 from annette_torch.estimator import DEFAULT_PROFILE
 from annette_torch.nas import BlockCost, MobileNetV2Space, SignatureCache, StageChoice
 from annette_torch.profiles.fingerprint import mismatch
 
 Arch = tuple[StageChoice, ...]
 SMOKE = {"resolution": 96, "cycles": 300, "population": 24, "sample": 6, "top": 3,
-         "warmup": 2, "repeats": 5}
+         "rounds": 2, "warmup": 2, "repeats": 3}
 
 
 @dataclass(frozen=True)
@@ -134,8 +136,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--top", type=int, default=5, help="architectures to print and measure")
     parser.add_argument("--measure-backend", default="openvino-cpu", choices=available_backends())
-    parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--repeats", type=int, default=25, help="timed runs per measurement (median)")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved measuring rounds over the top candidates")
+    parser.add_argument("--warmup", type=int, default=5, help="untimed runs per candidate and round")
+    parser.add_argument("--repeats", type=int, default=10, help="timed runs per candidate and round")
     parser.add_argument("--smoke", action="store_true",
                         help="quick run: " + ", ".join(f"{k}={v}" for k, v in SMOKE.items()))
     args = parser.parse_args()
@@ -191,25 +194,32 @@ def print_search(search: Search, seconds: float, top: list[Candidate]) -> None:
 
 
 def measure(args: argparse.Namespace, space: MobileNetV2Space, top: list[Candidate]) -> list:
+    """The top candidates measured with the measuring protocol (interleaved rounds, canary
+    drift correction, the 10th percentile of the pooled runs)."""
     backend = get_backend(args.measure_backend, threads=1)
     shape = (1, 3, args.resolution, args.resolution)
-    return [backend.measure(space.build(c.arch), shape, warmup=args.warmup, repeats=args.repeats)
-            for c in top]
+    protocol = Protocol(rounds=args.rounds, warmup=args.warmup, repeats=args.repeats)
+    session = measure_networks(backend, [(i, lambda c=c: space.build(c.arch), shape) for i, c in enumerate(top)],
+                               protocol, progress=False)
+    if session.failures:
+        raise SystemExit(f"measuring failed: {next(iter(session.failures.values()))}")
+    return [session.measured[i] for i in range(len(top))]
 
 
 def print_measured(args: argparse.Namespace, top: list[Candidate], measured: list) -> float | None:
     """Predicted-vs-measured table; returns the Spearman correlation (None under 3 candidates)."""
-    print(f"\npredicted vs measured ({args.measure_backend}, 1 thread, median of {args.repeats} runs "
-          f"after {args.warmup} warm-up; spread = (p90 - p10) / median):")
+    print(f"\npredicted vs measured ({args.measure_backend}, 1 thread, {args.rounds} interleaved rounds of "
+          f"{args.warmup} warm-up + {args.repeats} timed runs, p10 of the pooled drift-corrected runs; "
+          f"spread = (p90 - p10) / median):")
     print(f"{'#':>2}{'predicted ms':>14}{'measured ms':>13}{'spread':>8}{'measured/predicted':>20}")
     for rank, (c, m) in enumerate(zip(top, measured), 1):
-        print(f"{rank:>2}{c.cost.time_ms:>14.3f}{m.median_ms:>13.3f}{m.spread:>8.1%}"
-              f"{m.median_ms / c.cost.time_ms:>20.2f}")
+        print(f"{rank:>2}{c.cost.time_ms:>14.3f}{m.time_ms:>13.3f}{m.spread:>8.1%}"
+              f"{m.time_ms / c.cost.time_ms:>20.2f}")
     if len(top) < 3:
         print("Spearman rank correlation: n/a (needs at least 3 candidates)")
         return None
     predicted = np.array([c.cost.time_ms for c in top])
-    rho = float(pd.Series(predicted).corr(pd.Series([m.median_ms for m in measured]), method="spearman"))
+    rho = float(pd.Series(predicted).corr(pd.Series([m.time_ms for m in measured]), method="spearman"))
     print(f"Spearman rank correlation (predicted vs measured, {len(top)} candidates): {rho:+.3f}")
     predicted_range = np.ptp(predicted) / np.median(predicted)
     noise = float(np.median([m.spread for m in measured]))
@@ -222,7 +232,7 @@ def print_measured(args: argparse.Namespace, top: list[Candidate], measured: lis
 def summary(search: Search, top: list[Candidate], measured: list, rho: float | None) -> str:
     rows = [{"arch": [[s.kernel, s.expansion, s.width, s.depth] for s in c.arch],
              "est_ms": c.cost.time_ms, "mops": c.cost.ops / 1e6, "mweights": c.cost.weights / 1e6,
-             "measured_ms": m.median_ms, "spread": m.spread} for c, m in zip(top, measured)]
+             "measured_ms": m.time_ms, "spread": m.spread} for c, m in zip(top, measured)]
     return "SUMMARY " + json.dumps({"resolution": search.space.resolution, "budget": search.budget.bounds(),
                                     "maximize_mops": search.maximize_ops, "evaluated": search.evaluated,
                                     "spearman": rho, "top": rows})

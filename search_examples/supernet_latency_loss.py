@@ -42,6 +42,8 @@ from torch import nn
 
 from annette_torch import Estimator
 from annette_torch.backends import get_backend
+from annette_torch.measure import Protocol
+from annette_torch.measure.networks import measure_networks
 from annette_torch.estimator import DEFAULT_PROFILE
 from annette_torch.nas import InvertedResidual, LatencyLoss, LatencyLUT, SignatureCache
 
@@ -213,10 +215,15 @@ def lut_range_ms(lut: LatencyLUT) -> tuple[float, float]:
 
 
 def measured(backend, model: nn.Module, repeats: int) -> str:
+    """``model`` measured with the measuring protocol (three rounds against the canary)."""
     if backend is None:
         return "-"
-    latency = backend.measure(model, INPUT_SHAPE, warmup=5, repeats=repeats)
-    return f"{latency.median_ms:.4f} (spread {latency.spread:.0%})"
+    session = measure_networks(backend, [("net", lambda: model, INPUT_SHAPE)],
+                               Protocol(rounds=3, warmup=5, repeats=max(1, repeats // 3)), progress=False)
+    if session.failures:
+        return f"failed: {session.failures['net']}"
+    m = session.measured["net"]
+    return f"{m.time_ms:.4f} (spread {m.spread:.0%})"
 
 
 def print_header(args, estimator: Estimator, lut: LatencyLUT) -> None:
@@ -227,8 +234,8 @@ def print_header(args, estimator: Estimator, lut: LatencyLUT) -> None:
           f"from the weights they inherit from the supernet, then tested).")
     print(f"lut_ms, estimator_ms: estimates for the {profile} profile's target board (the LUT's sum and "
           f"Estimator on the derived nn.Module), not this CPU. measured_ms: {args.measure_backend} on this "
-          f"machine, 1 thread, median of {args.repeats} runs after 5 warm-up runs, spread = (p90 - p10) / "
-          f"median. The two scales differ; compare the trend (higher penalty, lower latency).")
+          f"machine, 1 thread, p10 of {args.repeats // 3 * 3} runs in 3 drift-corrected rounds of 5 warm-up "
+          f"runs and {args.repeats // 3} timed ones (the measuring protocol), spread = (p90 - p10) / median. The two scales differ; compare the trend (higher penalty, lower latency).")
     fastest, slowest = lut_range_ms(lut)
     print(f"LUT latency range of the space: {fastest:.6g} ms (fastest) .. {slowest:.6g} ms (slowest)")
 

@@ -1,4 +1,5 @@
 """benchmarks/accuracy.py: metrics, the resumable results store, evaluation of all variants."""
+import contextlib
 import importlib.util
 import json
 import sys
@@ -11,6 +12,7 @@ import torch
 from torch import nn
 
 from annette_torch.backends.base import BackendError, Latency
+from annette_torch.measure import Protocol
 from annette_torch.nas.nasbench201 import NB201Network, arch_string
 
 _spec = importlib.util.spec_from_file_location("accuracy", Path(__file__).parents[1] / "benchmarks" / "accuracy.py")
@@ -19,8 +21,20 @@ sys.modules.setdefault("accuracy", accuracy)    # dataclasses look their module 
 _spec.loader.exec_module(accuracy)
 
 
+pytestmark = pytest.mark.filterwarnings("ignore::annette_torch.measure.BusyMachineWarning")
+ONE_ROUND = Protocol(rounds=1, warmup=0, repeats=20, drift="none")
+
+
+@pytest.fixture(autouse=True)
+def quick_machine_check(monkeypatch):
+    monkeypatch.setattr("annette_torch.measure.networks.CHECK_INTERVAL_S", 0.0)
+
+
 class FakeBackend:
     """Canned latencies; counts calls; fails for networks named in ``failing``."""
+
+    name = "fake"
+    threads = 1
 
     def __init__(self, fingerprint=None, failing=()):
         self._fingerprint = fingerprint or {"backend": "fake", "runtime_version": "1", "cpu": "test cpu",
@@ -30,6 +44,11 @@ class FakeBackend:
 
     def fingerprint(self):
         return dict(self._fingerprint)
+
+    @contextlib.contextmanager
+    def prepared(self, model, input_shape):
+        """The canary: always 1 ms, not counted in ``calls``."""
+        yield lambda warmup, repeats: Latency.from_runs([1.0] * repeats, threads=1)
 
     def measure(self, model, input_shape, warmup=5, repeats=20):
         self.calls.append(model.tag)
@@ -70,7 +89,7 @@ def test_metrics_on_hand_numbers():
 
 def test_store_round_trip_resume_and_remeasure(tmp_path):
     backend = FakeBackend()
-    rows, path, failures = accuracy.measure_networks(backend, _nets(), tmp_path, warmup=0, repeats=20)
+    rows, path, failures = accuracy.measure_networks(backend, _nets(), tmp_path, ONE_ROUND, progress=False)
     assert failures == [] and backend.calls == ["small", "tiny"]
     assert path.parent.name == accuracy.fingerprint_folder(backend.fingerprint())
     assert json.loads((path.parent / "fingerprint.json").read_text()) == backend.fingerprint()
@@ -80,23 +99,50 @@ def test_store_round_trip_resume_and_remeasure(tmp_path):
     assert small["p10_ms"] < small["median_ms"] < small["p90_ms"]
     assert small["input_shape"] == "1x3x8x8" and small["measured_at"].endswith("+00:00")
 
-    again, _, _ = accuracy.measure_networks(backend, _nets(), tmp_path, repeats=20)
+    again, _, _ = accuracy.measure_networks(backend, _nets(), tmp_path, ONE_ROUND, progress=False)
     assert backend.calls == ["small", "tiny"]                # resumed: nothing measured twice
     pd.testing.assert_frame_equal(again, rows)
 
     with open(path, "a") as handle:                          # a row cut by a kill
         handle.write("a,small,1x3x8x8,99")
     assert len(accuracy.read_measured(path.parent)) == 2
-    accuracy.measure_networks(backend, _nets()[:1], tmp_path, repeats=20, remeasure=True)
+    accuracy.measure_networks(backend, _nets()[:1], tmp_path, ONE_ROUND, remeasure=True, progress=False)
     assert backend.calls == ["small", "tiny", "small"]
     newest = accuracy.read_measured(path.parent).set_index("network")
     assert newest.loc["small", "median_ms"] == pytest.approx(12.5)   # the newest row wins
     assert len(pd.read_csv(path)) == 3                       # the cut line is gone
 
 
+def test_rounds_interleave_and_rows_of_another_protocol_are_measured_again(tmp_path):
+    backend = FakeBackend()
+    folder = accuracy.results_folder(tmp_path, backend.fingerprint())
+    (folder / "measured.csv").write_text(",".join(accuracy.COLUMNS) + "\n"
+                                         "a,small,1x3x8x8,9,8,10,0.2,25,2020-01-01T00:00:00+00:00\n")
+    legacy, _, _ = accuracy.measure_networks(backend, _nets()[:1], tmp_path, Protocol(drift="none", statistic="median"),
+                                             progress=False)
+    assert backend.calls == [] and legacy["median_ms"].tolist() == [9]   # re-scored as it was measured
+    assert not (folder / "protocol.json").exists()
+    rows, path, _ = accuracy.measure_networks(backend, _nets(), tmp_path, Protocol(rounds=2, warmup=0, repeats=10),
+                                              progress=False)
+    assert backend.calls == ["small", "tiny", "small", "tiny"]          # with the canary the legacy row does not count
+    record = json.loads((folder / "protocol.json").read_text())
+    assert (record["statistic"], record["drift"], record["canary_ms"]) == ("p10", "canary", 1.0)
+    small = rows.set_index("network").loc["small"]
+    assert small["repeats"] == 20 and small["p10_ms"] < small["median_ms"]
+    sessions = accuracy.read_sessions(folder, record["since"])
+    assert len(sessions) == 1 and sessions[0]["networks"] == 2 and sessions[0]["reference_ms"] == 1.0
+    accuracy.measure_networks(backend, _nets(), tmp_path, Protocol(rounds=2, warmup=0, repeats=10,
+                                                                   statistic="median"), progress=False)
+    assert len(backend.calls) == 4                      # p10 and median are both in the rows: nothing to measure
+    accuracy.measure_networks(backend, _nets(), tmp_path, ONE_ROUND, progress=False)
+    assert len(backend.calls) == 6                      # another drift correction: a new record, measured again
+    with pytest.raises(ValueError, match="cannot be the ground truth"):
+        accuracy.measure_networks(backend, _nets(), tmp_path, Protocol(statistic="min"), progress=False)
+
+
 def test_failures_are_reported_not_recorded(tmp_path):
     backend = FakeBackend(failing={"tiny"})
-    rows, _, failures = accuracy.measure_networks(backend, _nets(), tmp_path, repeats=20)
+    rows, _, failures = accuracy.measure_networks(backend, _nets(), tmp_path, ONE_ROUND, progress=False)
     assert list(rows["network"]) == ["small"]
     assert len(failures) == 1 and "b/tiny" in failures[0] and "compile" in failures[0]
 
@@ -105,7 +151,7 @@ def test_networks_computing_a_constant_are_not_measured(tmp_path):
     constant = arch_string(["none"] * 6)
     nets = [accuracy.Network("nb201", constant, (1, 3, 32, 32), lambda: _tagged(NB201Network(constant, N=1), "c"))]
     backend = FakeBackend()
-    rows, _, failures = accuracy.measure_networks(backend, nets, tmp_path, repeats=20)
+    rows, _, failures = accuracy.measure_networks(backend, nets, tmp_path, ONE_ROUND, progress=False)
     assert rows.empty and backend.calls == []
     assert len(failures) == 1 and "does not depend on the input" in failures[0]
 
@@ -113,8 +159,8 @@ def test_networks_computing_a_constant_are_not_measured(tmp_path):
 def test_a_second_run_waits_for_the_one_measuring(tmp_path, capsys):
     backend = FakeBackend()
     with accuracy.measuring_lock(tmp_path):
-        second = threading.Thread(target=accuracy.measure_networks, args=(backend, _nets(), tmp_path),
-                                  kwargs={"repeats": 20})
+        second = threading.Thread(target=accuracy.measure_networks, args=(backend, _nets(), tmp_path, ONE_ROUND),
+                                  kwargs={"progress": False})
         second.start()
         second.join(0.5)
         assert second.is_alive() and backend.calls == []
@@ -124,13 +170,13 @@ def test_a_second_run_waits_for_the_one_measuring(tmp_path, capsys):
 
 
 def test_refuses_a_folder_of_another_fingerprint(tmp_path):
-    accuracy.measure_networks(FakeBackend(), _nets()[:1], tmp_path, repeats=20)
+    accuracy.measure_networks(FakeBackend(), _nets()[:1], tmp_path, ONE_ROUND, progress=False)
     folder = next(tmp_path.iterdir())
     other = FakeBackend()
     other._fingerprint = {**other.fingerprint(), "cpu": "another cpu"}
     (folder / "fingerprint.json").write_text(json.dumps(other.fingerprint()))
     with pytest.raises(accuracy.ResultsError, match="records"):
-        accuracy.measure_networks(FakeBackend(), _nets(), tmp_path, repeats=20)
+        accuracy.measure_networks(FakeBackend(), _nets(), tmp_path, ONE_ROUND, progress=False)
 
 
 def test_evaluate_two_tiny_networks_with_every_variant():
@@ -141,7 +187,7 @@ def test_evaluate_two_tiny_networks_with_every_variant():
     measured = pd.DataFrame({"set": ["nb201", "odd"], "network": [arch, "erfcx"],
                              "median_ms": [0.5, 0.1], "spread": [0.05, 0.1]})
     graphs = {}
-    summary = accuracy.evaluate("ncs2-myriad", nets, measured, graphs)
+    summary = accuracy.evaluate("ncs2-myriad", nets, measured, graphs, statistic="median")
     assert summary["variants"] == ["flops", "roofline+map", "roofline-map", "refined_roofline+map",
                                    "refined_roofline-map"]
     assert any("'mixed'" in note for note in summary["notes"])

@@ -1,6 +1,7 @@
 """Calibration engine: sweeps, generator, matcher, store, and campaigns on the real runtimes."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -450,3 +451,61 @@ def test_onnx_scope_recovers_nested_module_paths():
     # a child reached through a ModuleDict (no forward, so no scope of its own)
     paths = {"cells", "cells.0", "cells.0.edges", "cells.0.edges.0_3", "cells.0.edges.0_3.0"}
     assert onnx_scope("/cells/cells.0/0_3/0_3.0/Conv", paths) == "cells.0.edges.0_3.0"
+
+
+# --- the measuring protocol in campaigns ---------------------------------------------------
+
+def test_a_campaign_records_its_protocol_and_pools_its_rounds(tmp_path):
+    sweep = write_sweep(tmp_path, "linear,3,,,,16..64,8..32,,,,,\n", name="pooled")
+    summary = run_campaign("torch-cpu", sweep, tmp_path / "store", warmup=1, repeats=3, rounds=2, progress=False)
+    assert summary.measured == 3 and summary.machine is not None and "steal" in str(summary.machine)
+    record = json.loads((Path(summary.store) / "protocol.json").read_text())
+    assert (record["statistic"], record["drift"], record["canary"]) == ("p10", "canary", "canary-v1")
+    assert record["canary_ms"] > 0
+    _, networks, layers = load_measurements(summary.store)
+    assert (networks["repeats"] == 6).all()                           # 2 rounds x 3 runs, pooled
+    assert (layers.loc[layers["status"] == "executed", "time_ms"] > 0).all()
+    with pytest.raises(StoreError, match="continue it with --statistic p10 --drift canary"):
+        run_campaign("torch-cpu", sweep, tmp_path / "store", statistic="median", progress=False)
+
+
+def test_a_store_measured_before_the_protocol_is_continued_only_with_its_statistic(tmp_path):
+    spec = BenchmarkSpec("linear", {"c": 32, "f": 16})
+    other = BenchmarkSpec("linear", {"c": 16, "f": 16})
+    fingerprint = at.backends.get_backend("torch-cpu").fingerprint()
+    with MeasurementStore.open(tmp_path, fingerprint) as store:      # measured before protocol.json existed
+        store.append({"benchmark": spec.id, "family": "linear", "spec": spec.to_json(), "status": "ok",
+                      "time_ms": 0.01}, [])
+    with pytest.raises(StoreError, match="statistic 'median', not 'p10'.*--statistic median --drift none"):
+        run_campaign("torch-cpu", [spec, other], tmp_path, progress=False)
+    summary = run_campaign("torch-cpu", [spec, other], tmp_path, statistic="median", drift="none", warmup=1,
+                           repeats=2, progress=False)
+    assert summary.measured == 1 and summary.already_done == 1
+
+
+def test_a_budgeted_campaign_stops_within_a_benchmark_of_its_time_and_resumes(tmp_path, monkeypatch):
+    """Each committed benchmark advances the campaign's clock by 10 s: with a 35 s budget and
+    chunks of 2, it measures 2 (20 s), then a chunk of the 1 that fits (30 s), then 1 more
+    although only 5 s are left (40 s), and stops; the rerun measures the rest."""
+    import types
+
+    from annette_torch.calibration import campaign
+
+    clock = {"s": 0.0}
+    append = MeasurementStore.append
+
+    def timed_append(self, network, layers):
+        clock["s"] += 10.0
+        append(self, network, layers)
+
+    monkeypatch.setattr(MeasurementStore, "append", timed_append)
+    monkeypatch.setattr(campaign, "time", types.SimpleNamespace(monotonic=lambda: clock["s"],
+                                                                perf_counter=time.perf_counter))
+    monkeypatch.setattr(campaign, "CHUNK", 2)
+    sweep = write_sweep(tmp_path, "linear,6,,,,16..64,8..32,,,,,\n", name="budget")
+    first = run_campaign("torch-cpu", sweep, tmp_path, minutes=35 / 60, warmup=1, repeats=2, rounds=1, progress=False)
+    assert first.stopped_early and first.measured == 4 and clock["s"] == 40.0
+    rest = run_campaign("torch-cpu", sweep, tmp_path, warmup=1, repeats=2, rounds=1, progress=False)
+    assert (rest.already_done, rest.measured, rest.stopped_early) == (4, 2, False)
+    _, networks, _ = load_measurements(rest.store)
+    assert len(networks) == 6 == networks["benchmark"].nunique()

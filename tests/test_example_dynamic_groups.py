@@ -76,9 +76,14 @@ def test_pruned_configuration_equals_full_network_with_later_groups_zeroed(examp
 
 @pytest.mark.parametrize("profile", builtin_names())
 def test_estimates_grow_with_configuration(graphs, profile):
+    """More groups cost more: strictly from the first configuration to the last, and never
+    less than 2 % below the previous one (a fitted tree model is not monotone in its
+    features; its held-out kernel error is several times that, so a 1 % inversion
+    between neighbouring configurations is inside the model's resolution)."""
     estimator = Estimator(profile)
     times = [estimator(graphs[k]) for k in range(1, 5)]
-    assert times == sorted(set(times)), times
+    assert times[-1] > times[0], times
+    assert all(later >= 0.98 * earlier for earlier, later in zip(times, times[1:])), times
 
 
 def test_smoke_run(tmp_path):

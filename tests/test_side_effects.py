@@ -153,8 +153,11 @@ def test_zcu102_export_leaves_user_classes_and_sys_modules_alone(tmp_path):
 def test_adapt_restores_the_thread_count():
     from annette_torch.transfer.adapt import measure_references
 
+    from annette_torch.measure import Protocol
+
     class Fake:
         name = "fake"
+        threads = 1
 
         def measure(self, model, input_shape, warmup, repeats):
             return Latency.from_runs([1.0], threads=1)
@@ -163,7 +166,7 @@ def test_adapt_restores_the_thread_count():
     torch.set_num_threads(2 if found != 2 else 3)      # not the 1 it traces with
     try:
         before = torch.get_num_threads()
-        assert len(measure_references(Fake(), 1, seed=0)) == 1
+        assert len(measure_references(Fake(), 1, seed=0, protocol=Protocol(rounds=1, drift="none"))) == 1
         assert torch.get_num_threads() == before
     finally:
         torch.set_num_threads(found)

@@ -260,7 +260,7 @@ def test_cli_adapt_measures_references_and_writes_the_profile(tmp_path, monkeypa
     monkeypatch.setattr(TorchCpu, "measure", fake_measure)
     out = tmp_path / "adapted.json"
     assert cli_main(["adapt", "--from", f"torch-cpu,{SOURCE}", "--backend", "torch-cpu", "--samples", "3",
-                     "--seed", "1", "--out", str(out)]) == 0
+                     "--seed", "1", "--drift", "none", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "adapting openvino-cpu" in printed and "correction (scale)" in printed and f"wrote {out}" in printed
     assert "mapping: eager (no fusion, graph not optimized)" in printed     # what torch-cpu declares
@@ -272,7 +272,7 @@ def test_cli_adapt_measures_references_and_writes_the_profile(tmp_path, monkeypa
     assert (profile.adaptation.fusion, profile.adaptation.optimizes_graph) == ("none", False)
     assert profile.adaptation.compute_scale == pytest.approx(1.5, rel=0.05)
     assert cli_main(["adapt", "--from", SOURCE, "--backend", "torch-cpu", "--samples", "3", "--mapping", "source",
-                     "--out", str(out)]) == 0
+                     "--drift", "none", "--out", str(out)]) == 0
     assert "mapping: source (openvino-cpu's fusion rules, graph optimized)" in capsys.readouterr().out
     assert load_profile(out).adaptation.compute_scale == pytest.approx(1.5, rel=0.05)
     assert backend_mapping(TorchCpu) == ("none", False) and backend_mapping(OpenVinoCpu) == ("source", None)

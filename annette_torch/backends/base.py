@@ -260,6 +260,13 @@ class Backend:
         then ``repeats`` timed ones. Failures raise :class:`BackendError`."""
         raise NotImplementedError
 
+    @contextlib.contextmanager
+    def prepared(self, model: nn.Module, input_shape: Sequence[int]) -> Iterator[Callable[[int, int], Latency]]:
+        """For the block, a function ``time(warmup, repeats)`` that times ``model`` as
+        :meth:`measure` does; backends that run in-process compile it once for all calls
+        (the measuring protocol's canary), the others measure it anew each call."""
+        yield lambda warmup, repeats: self.measure(model, input_shape, warmup=warmup, repeats=repeats)
+
     def profile(self, model: nn.Module, input_shape: Sequence[int], layer_paths: Sequence[str],
                 warmup: int = 3, repeats: int = 15) -> Profiled:
         """Per-kernel times of ``model`` over ``repeats`` profiled inferences after
@@ -350,6 +357,19 @@ class OnnxBackend(Backend):
                        for k in kernels]
             latency = self.measure_onnx(path, input_shape, warmup, repeats)
         return Profiled(kernels, latency)
+
+    @contextlib.contextmanager
+    def prepared(self, model: nn.Module, input_shape: Sequence[int]) -> Iterator[Callable[[int, int], Latency]]:
+        """Export and compile ``model`` once; each call of the function times the compiled model."""
+        with tempfile.TemporaryDirectory(prefix="annette_") as folder:
+            path = Path(folder) / "model.onnx"
+            with self.step("export"):
+                export_onnx(model, input_shape, path)
+            with self.step("compile"):
+                compiled = self.compile_onnx(path)
+            with self.step("run"):
+                run = self.runner(compiled, random_input(input_shape))
+            yield lambda warmup, repeats: self.time_runs(run, warmup, repeats)
 
     def measure(self, model: nn.Module, input_shape: Sequence[int], warmup: int = 5,
                 repeats: int = 20) -> Latency:

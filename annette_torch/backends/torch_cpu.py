@@ -62,26 +62,38 @@ class LayerTimer:
     (:meth:`enter`, :meth:`leave`) for :func:`_module_hooks`: a call is timed between two
     events made by ``event()`` (objects with ``record()``, ``synchronize()`` and
     ``elapsed_time(end)`` in ms, as ``torch.cuda.Event``), both made before the first is
-    recorded so that making them is not timed."""
+    recorded so that making them is not timed. A timed module called inside another
+    (the layers of a block whose own path names the block's functional ops, such as its
+    residual add) is left out of the outer call's time: each call's time is its own."""
 
     def __init__(self, event: Callable[[], Any] = HostEvent) -> None:
         self.event = event
         self._events: dict[str, list[tuple[Any, Any]]] = {}
+        self._open: list[tuple[str, int]] = []                  # calls entered and not yet left
+        self._inner: dict[tuple[str, int], list[tuple[Any, Any]]] = {}
 
     def enter(self, path: str) -> None:
         start, end = self.event(), self.event()
-        self._events.setdefault(path, []).append((start, end))
+        calls = self._events.setdefault(path, [])
+        calls.append((start, end))
+        self._open.append((path, len(calls) - 1))
         start.record()
 
     def leave(self, path: str, module: nn.Module, inputs: object, output: object) -> None:
-        self._events[path][-1][1].record()
+        pair = self._events[path][-1]
+        pair[1].record()
+        self._open.pop()
+        if self._open:
+            self._inner.setdefault(self._open[-1], []).append(pair)
 
     def times(self) -> dict[str, list[float]]:
-        """Each timed path's call times in ms, in call order (waits for the events)."""
+        """Each timed path's call times in ms, in call order, without the timed calls made
+        inside them (waits for the events)."""
         for pairs in self._events.values():
             for _, end in pairs:
                 end.synchronize()
-        return {path: [start.elapsed_time(end) for start, end in pairs] for path, pairs in self._events.items()}
+        return {path: [start.elapsed_time(end) - sum(a.elapsed_time(b) for a, b in self._inner.get((path, i), ()))
+                       for i, (start, end) in enumerate(pairs)] for path, pairs in self._events.items()}
 
 
 @register_backend
@@ -118,6 +130,11 @@ class TorchCpu(Backend):
                 repeats: int = 20) -> Latency:
         with self.step("run"), self._session(model, input_shape) as (on_device, x):
             return self.time_runs(lambda: self._infer(on_device, x), warmup, repeats)
+
+    @contextlib.contextmanager
+    def prepared(self, model: nn.Module, input_shape: Sequence[int]) -> Iterator[Callable[[int, int], Latency]]:
+        with self._session(model, input_shape) as (on_device, x):
+            yield lambda warmup, repeats: self.time_runs(lambda: self._infer(on_device, x), warmup, repeats)
 
     def profile(self, model: nn.Module, input_shape: Sequence[int], layer_paths: Sequence[str],
                 warmup: int = 3, repeats: int = 15) -> Profiled:

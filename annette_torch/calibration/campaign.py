@@ -2,33 +2,54 @@
 
     summary = run_campaign("openvino-cpu", "quick", "calibration/data", threads=1)
 
-Benchmarks run one at a time in a worker process, so one that hangs is killed after
-``timeout_s`` and one that crashes the runtime takes only the worker down; both are
-recorded as failed with their error, and the campaign goes on with a new worker. All
-measuring happens there (the backend's store extras too), in a process the backend may
-set up for measuring (:meth:`~annette_torch.backends.Backend.prepare_process`); the
-campaign's own process is left as it was. What the store already holds is skipped, so
-an interrupted campaign (even ``kill -9``) is resumed by running the same command
-again. The worker's console output (runtime logs) goes to ``worker.log`` in the store
-folder. ``minutes`` bounds the wall time of one run of the campaign, for campaigns done
-in chunks.
+Benchmarks are measured with the measuring protocol (:mod:`annette_torch.measure.protocol`)
+in chunks of :data:`CHUNK` benchmarks: the chunk's benchmarks take turns in ``rounds``
+interleaved rounds (each a per-layer profile of ``warmup`` + ``repeats`` inferences and
+the end-to-end time), the canary is timed before each, each round's runs are divided by
+its drift factor, and a layer's or network's time is ``statistic`` of its pooled runs.
+The store's ``protocol.json`` (:mod:`annette_torch.measure.record`) records the statistic,
+the drift correction and the canary's reference time, so every later run of the campaign
+is expressed against the same machine state; a store measured with another protocol (or
+before protocols, which is the median of one round without drift correction) is never
+continued with this one.
+
+Measuring happens one request at a time in a worker process, so a benchmark that hangs
+is killed after ``timeout_s`` (per round) and one that crashes the runtime takes only the
+worker down; both are recorded as failed with their error, and the campaign goes on with
+a new worker. All measuring happens there (the canary and the backend's store extras
+too), in a process the backend may set up for measuring
+(:meth:`~annette_torch.backends.Backend.prepare_process`); the campaign's own process is
+left as it was. A benchmark is committed to the store once its last round and the canary
+after it are done; what the store already holds is skipped, so an interrupted campaign
+(even ``kill -9``) loses at most the chunk in progress and is resumed by running the same
+command again. The worker's console output (runtime logs) goes to ``worker.log`` in the
+store folder. ``minutes`` bounds the wall time of one run of the campaign, for campaigns
+done in chunks: near the limit chunks shrink to what fits, so a run ends within about
+one benchmark of it.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
+import math
 import multiprocessing
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection
 from typing import Any, Iterator, Sequence
 
 from tqdm import tqdm
 
-from ..backends import get_backend
+from ..backends import Latency, Profiled, get_backend
 from ..graph.errors import first_line
+from ..measure.canary import canary_timer, default_drift
+from ..measure.machine_load import MachineState, between, read_cpu_times
+from ..measure.protocol import (DEFAULT_STATISTIC, REFERENCE_ROUNDS, ItemFailed, Protocol, interleave, spread_of,
+                                statistic_ms)
+from ..measure.record import LEGACY, differences, new_record, read_record, write_record
 from ..validation import integer, number
-from .store import MeasurementStore
+from .store import MeasurementStore, StoreError
 from .sweep import BenchmarkSpec, load_sweep
 
 
@@ -44,16 +65,23 @@ class CampaignSummary:
     layer_rows: int          # layer rows written now
     wall_s: float
     stopped_early: bool      # the time limit ended this run before the sweep did
+    machine: MachineState | None = None     # steal and load over this run, the canary's spread as noise
 
     def __str__(self) -> str:
         left = self.benchmarks - self.already_done - self.measured - self.failed
+        machine = f"\nmachine while measuring: {self.machine}" if self.machine is not None and self.measured else ""
         return (f"{self.measured} benchmarks measured ({self.layer_rows} layer rows), {self.failed} failed, "
-                f"{self.already_done} already in the store, {left} left; {self.wall_s:.0f} s; store {self.store}")
+                f"{self.already_done} already in the store, {left} left; {self.wall_s:.0f} s; store {self.store}"
+                + machine)
 
 
 NOISY_SPREAD = 0.25      # a timing this spread out, above the profilers' resolution, is re-measured
 _RESOLVED_MS = 0.05      # times below this are dominated by the microsecond resolution of the profilers
 _ATTEMPTS = 3
+#: benchmarks that take turns in one chunk's interleaved rounds
+CHUNK = 8
+#: the campaign's default rounds and timed inferences per round (about the 25 runs of one round before)
+ROUNDS, REPEATS = 2, 12
 
 
 def _noise(latency: Any, rows: list[dict]) -> float:
@@ -80,40 +108,76 @@ def _built(spec: BenchmarkSpec) -> tuple[Any, tuple[int, ...], Any, list[str]]:
     return model, input_shape, graph, [layer.module_path for layer in graph.layers]
 
 
-def measure_benchmark(spec: BenchmarkSpec, backend: Any, warmup: int, repeats: int) -> tuple[dict, list[dict]]:
-    """Build, trace, profile and match one benchmark: (network row, layer rows). On a
-    shared machine a burst of load can spoil one measurement: when a resolved time's
-    spread exceeds :data:`NOISY_SPREAD`, the benchmark is measured again (at most
-    three attempts) and the least noisy attempt is kept."""
+def profile_round(built: tuple, backend: Any, warmup: int, repeats: int) -> Profiled:
+    """One round of a built benchmark (:func:`_built`): its per-layer profile and
+    end-to-end latency. On a shared machine a burst of load can spoil one measurement:
+    when a resolved time's spread exceeds :data:`NOISY_SPREAD`, the round is measured
+    again (at most three attempts) and the least noisy attempt is kept."""
     from .matcher import match_kernels
 
-    start = time.perf_counter()
-    model, input_shape, graph, layer_paths = _built(spec)
+    model, input_shape, graph, layer_paths = built
     best = None
     for _ in range(_ATTEMPTS):
         profiled = backend.profile(model, input_shape, layer_paths, warmup=warmup, repeats=repeats)
-        rows = match_kernels(graph, profiled.kernels)
-        noise = _noise(profiled.latency, rows)
+        noise = _noise(profiled.latency, match_kernels(graph, profiled.kernels))
         if best is None or noise < best[0]:
-            best = (noise, profiled, rows)
+            best = (noise, profiled)
         if noise <= NOISY_SPREAD:
             break
-    _, profiled, rows = best
+    return best[1]
+
+
+def merge_rounds(rounds: Sequence[Profiled], factors: Sequence[float]) -> Profiled:
+    """One profile of a benchmark from its rounds: each kernel's runs and the end-to-end
+    runs of every round divided by that round's drift factor and pooled. Rounds whose
+    kernels differ from the first round's (another compile chose other kernels) are left out."""
+    def layout(profiled: Profiled) -> list[tuple[str, str]]:
+        return [(k.name, k.status) for k in profiled.kernels]
+
+    kept = [(r, f) for r, f in zip(rounds, factors) if layout(r) == layout(rounds[0])]
+    kernels = [replace(kernel, runs_ms=tuple(t / f for r, f in kept for t in r.kernels[j].runs_ms))
+               for j, kernel in enumerate(rounds[0].kernels)]
+    runs = [t / f for r, f in kept for t in r.latency.runs_ms]
+    return Profiled(kernels, Latency.from_runs(runs, rounds[0].latency.threads))
+
+
+def benchmark_rows(spec: BenchmarkSpec, graph: Any, profiled: Profiled, statistic: str,
+                   wall_s: float) -> tuple[dict, list[dict]]:
+    """(network row, layer rows) of a benchmark from its (merged) profile, each time the
+    ``statistic`` of its runs."""
+    from .matcher import match_kernels
+
+    rows = match_kernels(graph, profiled.kernels, statistic)
+    latency = profiled.latency
     network = {"benchmark": spec.id, "family": spec.family, "spec": spec.to_json(), "status": "ok", "error": "",
-               "time_ms": profiled.latency.median_ms, "spread": profiled.latency.spread, "repeats": repeats,
-               "layers_sum_ms": sum(row["time_ms"] for row in rows),
-               "kernels": sum(k.status == "EXECUTED" for k in profiled.kernels),
-               "wall_s": time.perf_counter() - start}
+               "time_ms": statistic_ms(latency.runs_ms, statistic), "spread": latency.spread,
+               "repeats": len(latency.runs_ms), "layers_sum_ms": sum(row["time_ms"] for row in rows),
+               "kernels": sum(k.status == "EXECUTED" for k in profiled.kernels), "wall_s": wall_s}
     return network, rows
 
 
+def measure_benchmark(spec: BenchmarkSpec, backend: Any, warmup: int, repeats: int,
+                      statistic: str = DEFAULT_STATISTIC) -> tuple[dict, list[dict]]:
+    """Build, trace, profile (one round, :func:`profile_round`) and match one benchmark:
+    (network row, layer rows)."""
+    start = time.perf_counter()
+    built = _built(spec)
+    profiled = profile_round(built, backend, warmup, repeats)
+    return benchmark_rows(spec, built[2], profiled, statistic, time.perf_counter() - start)
+
+
 def _serve(connection: Connection, backend_name: str, options: dict[str, Any], warmup: int, repeats: int,
-           log_path: str) -> None:
+           canary_repeats: int, log_path: str) -> None:
     """Worker loop: set the process up for the backend (:meth:`Backend.prepare_process`),
-    then answer each request: ("extras", folder) with ("ok",) once the backend's store
-    extras are written there, ("benchmark", spec as JSON) with ("ok", network, rows);
-    either with ("failed", error) when it fails. The runtimes' own console output goes to
-    ``log_path``, away from the progress bar."""
+    then answer each request, with ("failed", error) when it fails:
+
+    * ("extras", folder): the backend's store extras written there; ("ok",)
+    * ("canary", None): the canary timed (compiled and warmed up at the first request); ("ok", runs_ms)
+    * ("round", spec as JSON): one round of the benchmark (:func:`profile_round`); ("ok", profile)
+    * ("rows", (spec as JSON, merged profile, statistic, wall_s)): ("ok", network row, layer rows)
+
+    Built benchmarks are kept between their rounds (the last :data:`CHUNK` * 2). The
+    runtimes' own console output goes to ``log_path``, away from the progress bar."""
     import warnings
     warnings.filterwarnings("ignore")
     log = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -121,21 +185,37 @@ def _serve(connection: Connection, backend_name: str, options: dict[str, Any], w
     os.dup2(log, 2)
     backend = get_backend(backend_name, **options)
     backend.prepare_process()
-    connection.send(("ready",))
-    while True:
-        try:
-            request, argument = connection.recv()
-        except EOFError:
-            return
-        try:
-            if request == "extras":
-                backend.store_extras(argument)
-                connection.send(("ok",))
-            else:
-                network, rows = measure_benchmark(BenchmarkSpec.from_json(argument), backend, warmup, repeats)
-                connection.send(("ok", network, rows))
-        except Exception as error:  # recorded in the store, the campaign goes on
-            connection.send(("failed", f"{type(error).__name__}: {first_line(error)}"))
+    built: dict[str, tuple] = {}
+    with contextlib.ExitStack() as stack:
+        canary = None
+        connection.send(("ready",))
+        while True:
+            try:
+                request, argument = connection.recv()
+            except EOFError:
+                return
+            try:
+                if request == "extras":
+                    backend.store_extras(argument)
+                    connection.send(("ok",))
+                elif request == "canary":
+                    if canary is None:
+                        canary = stack.enter_context(canary_timer(backend, warmup, canary_repeats))
+                    connection.send(("ok", list(canary())))
+                elif request == "round":
+                    spec = BenchmarkSpec.from_json(argument)
+                    if spec.id not in built:
+                        while len(built) >= 2 * CHUNK:
+                            built.pop(next(iter(built)))
+                        built[spec.id] = _built(spec)
+                    connection.send(("ok", profile_round(built[spec.id], backend, warmup, repeats)))
+                else:
+                    spec_json, profiled, statistic, wall_s = argument
+                    spec = BenchmarkSpec.from_json(spec_json)
+                    graph = built.pop(spec.id)[2] if spec.id in built else _built(spec)[2]
+                    connection.send(("ok", *benchmark_rows(spec, graph, profiled, statistic, wall_s)))
+            except Exception as error:  # recorded in the store, the campaign goes on
+                connection.send(("failed", f"{type(error).__name__}: {first_line(error)}"))
 
 
 _STARTUP_TIMEOUT_S = 300
@@ -144,8 +224,9 @@ _STARTUP_TIMEOUT_S = 300
 class _Worker:
     """A worker process that measures one benchmark at a time; restarted after a kill."""
 
-    def __init__(self, backend_name: str, options: dict[str, Any], warmup: int, repeats: int, log_path: str) -> None:
-        self._args = (backend_name, options, warmup, repeats, log_path)
+    def __init__(self, backend_name: str, options: dict[str, Any], warmup: int, repeats: int, canary_repeats: int,
+                 log_path: str) -> None:
+        self._args = (backend_name, options, warmup, repeats, canary_repeats, log_path)
         self._process = None
 
     def _start(self) -> None:
@@ -183,10 +264,12 @@ class _Worker:
         if answer[0] != "ok":
             raise RuntimeError(f"measuring the store's extras failed: {answer[1]}")
 
-    def run(self, spec: BenchmarkSpec, timeout_s: float) -> tuple:
+    def run(self, request: str, argument: Any, timeout_s: float) -> tuple:
+        """The worker's answer to one request (see :func:`_serve`), or ("failed", why)
+        when it took longer than ``timeout_s`` (the worker is killed) or the worker died."""
         if self._process is None or not self._process.is_alive():
             self._start()
-        self._connection.send(("benchmark", spec.to_json()))
+        self._connection.send((request, argument))
         try:
             if self._connection.poll(timeout_s):
                 return self._connection.recv()
@@ -205,48 +288,65 @@ class _Worker:
             self._process = None
 
 
-def check_options(threads: int = 1, minutes: float | None = None, timeout_s: float | None = None, warmup: int = 5,
-                  repeats: int = 25) -> None:
-    """:class:`~annette_torch.validation.DataError` naming the option unless ``threads`` and
-    ``repeats`` are positive integers, ``warmup`` a non-negative one, ``minutes`` a
-    non-negative number and ``timeout_s`` a positive one (None: no limit, the backend's
-    timeout). Checked
-    before a campaign opens its store: settings that fail every benchmark would record
-    them all as failed."""
+def check_options(threads: int = 1, minutes: float | None = None, timeout_s: float | None = None) -> None:
+    """:class:`~annette_torch.validation.DataError` naming the option unless ``threads`` is
+    a positive integer, ``minutes`` a non-negative number and ``timeout_s`` a positive one
+    (None: no limit, the backend's timeout). Checked, with the :class:`Protocol`'s own
+    checks, before a campaign opens its store: settings that fail every benchmark would
+    record them all as failed."""
     integer(threads, "--threads (threads)", 1)
-    integer(warmup, "--warmup (warmup)", 0)
-    integer(repeats, "--repeats (repeats)", 1)
     if minutes is not None:
         number(minutes, "--minutes (minutes)", low=0)
     if timeout_s is not None:
-        number(timeout_s, "--timeout (timeout_s, seconds per benchmark)", low=0, low_open=True)
+        number(timeout_s, "--timeout (timeout_s, seconds per benchmark and round)", low=0, low_open=True)
 
 
 def dry_run_campaign(backend_name: str, sweep: str | Sequence[BenchmarkSpec], threads: int = 1,
-                     precision: str | None = None, warmup: int = 5, repeats: int = 25,
+                     precision: str | None = None, warmup: int = 5, repeats: int = REPEATS,
                      backend_options: dict[str, Any] | None = None) -> Iterator[tuple[BenchmarkSpec, list[str]]]:
     """For each benchmark of ``sweep``: the commands the backend would run for it
     (:meth:`~annette_torch.backends.Backend.dry_run`); nothing runs, nothing is stored."""
-    check_options(threads, warmup=warmup, repeats=repeats)
+    check_options(threads)
     backend = get_backend(backend_name, threads=threads, precision=precision, **(backend_options or {}))
     for spec in _specs(sweep):
         model, input_shape, _, layer_paths = _built(spec)
         yield spec, backend.dry_run(model, input_shape, layer_paths, warmup, repeats)
 
 
+def store_protocol(store: MeasurementStore, protocol: Protocol) -> dict[str, Any]:
+    """The store's protocol record, started for ``protocol`` when the store is new;
+    ``StoreError`` when the store holds measurements of another protocol (a store without
+    a record but with measurements holds the legacy median of one round)."""
+    record = read_record(store.folder)
+    if record is None:
+        record = dict(LEGACY) if (store.networks()["status"] == "ok").any() else new_record(protocol)
+    found = differences(record, protocol)
+    if found:
+        raise StoreError(f"{store.folder} holds measurements with {', '.join(found)}; continue it with "
+                         f"--statistic {record['statistic']} --drift {record['drift']}, or measure into another --out")
+    if read_record(store.folder) is None:
+        write_record(store.folder, record)
+    return record
+
+
 def run_campaign(backend_name: str, sweep: str | Sequence[BenchmarkSpec], out: str | os.PathLike,
                  threads: int = 1, precision: str | None = None, minutes: float | None = None,
-                 timeout_s: float | None = None, warmup: int = 5, repeats: int = 25, progress: bool = True,
-                 backend_options: dict[str, Any] | None = None, retry_failed: bool = False) -> CampaignSummary:
+                 timeout_s: float | None = None, warmup: int = 5, repeats: int = REPEATS, progress: bool = True,
+                 backend_options: dict[str, Any] | None = None, retry_failed: bool = False, rounds: int = ROUNDS,
+                 statistic: str = DEFAULT_STATISTIC, drift: str | None = None) -> CampaignSummary:
     """Measure the benchmarks of ``sweep`` (a sweep name, a CSV path, or specs) that the
-    store under ``out`` lacks (see module doc). ``precision`` and ``timeout_s`` default
-    to the backend's own (:attr:`Backend.precisions`, :attr:`Backend.benchmark_timeout_s`).
+    store under ``out`` lacks (see module doc) with the protocol of ``rounds``,
+    ``warmup``, ``repeats``, ``statistic`` and ``drift`` (default :func:`default_drift`).
+    ``precision`` and ``timeout_s`` default to the backend's own
+    (:attr:`Backend.precisions`, :attr:`Backend.benchmark_timeout_s`, per round).
     ``backend_options`` go to the backend's constructor besides threads and precision
     (e.g. a board's ``config`` file). ``retry_failed``: measure again the benchmarks whose
     last attempt failed (a board that was down); a success is appended and supersedes
     the failure. Options are checked first (:func:`check_options`)."""
-    check_options(threads, minutes, timeout_s, warmup, repeats)
+    check_options(threads, minutes, timeout_s)
     backend = get_backend(backend_name, threads=threads, precision=precision, **(backend_options or {}))
+    protocol = Protocol(rounds=rounds, warmup=warmup, repeats=repeats, statistic=statistic,
+                        drift=drift or default_drift(backend))
     options = {"threads": threads, "precision": backend.precision, **(backend_options or {})}
     timeout_s = backend.benchmark_timeout_s if timeout_s is None else timeout_s
     specs = _specs(sweep)
@@ -254,37 +354,94 @@ def run_campaign(backend_name: str, sweep: str | Sequence[BenchmarkSpec], out: s
     start = time.monotonic()
     deadline = start + minutes * 60 if minutes is not None else None
     with MeasurementStore.open(out, backend.fingerprint()) as store:
+        record = store_protocol(store, protocol)
         done = store.done(include_failed=not retry_failed)
         # a fixed pseudo-random order (by the id's hash) so that a campaign cut short by
         # --minutes still covers every family
         todo = sorted((s for s in specs if s.id not in done), key=lambda s: s.id.rsplit("-", 1)[1])
-        worker = _Worker(backend_name, options, warmup, repeats, str(store.folder / "worker.log"))
-        measured = failed = layer_rows = 0
+        worker = _Worker(backend_name, options, warmup, repeats, protocol.canary_repeats,
+                         str(store.folder / "worker.log"))
+        counts = {"measured": 0, "failed": 0, "layer_rows": 0}
         stopped_early = False
+        cpu_start = read_cpu_times()
+        canary_values: list[float] = []
         try:
             if todo:
                 worker.store_extras(store.folder)      # before the first benchmark, in the measuring process
-            with tqdm(todo, desc=f"{backend_name} {label}", unit="bench", disable=not progress,
+            with tqdm(total=len(todo) * rounds, desc=f"{backend_name} {label}", unit="round", disable=not progress,
                       dynamic_ncols=True) as bar:
-                for spec in bar:
-                    if deadline is not None and time.monotonic() >= deadline:
+                position, benchmark_s = 0, None
+                while position < len(todo):
+                    remaining = None if deadline is None else deadline - time.monotonic()
+                    if remaining is not None and remaining <= 0:
                         stopped_early = True
                         break
-                    began = time.perf_counter()
-                    answer = worker.run(spec, timeout_s)
-                    finished = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-                    if answer[0] == "ok":
-                        _, network, rows = answer
-                        store.append({**network, "finished_utc": finished}, rows)
-                        measured += 1
-                        layer_rows += len(rows)
-                    else:
-                        store.append({"benchmark": spec.id, "family": spec.family, "spec": spec.to_json(),
-                                      "status": "failed", "error": answer[1],
-                                      "wall_s": time.perf_counter() - began, "finished_utc": finished}, [])
-                        failed += 1
-                    bar.set_postfix(failed=failed)
+                    size = CHUNK if remaining is None or benchmark_s is None else \
+                        max(1, min(CHUNK, math.floor(remaining / benchmark_s)))
+                    chunk = todo[position:position + size]
+                    canary_values += _measure_chunk(chunk, worker, protocol, record, store, timeout_s, counts, bar)
+                    position += len(chunk)
+                    benchmark_s = (time.monotonic() - start) / position
+                    bar.set_postfix(failed=counts["failed"])
         finally:
             worker.stop()
-        return CampaignSummary(str(store.folder), len(specs), len(specs) - len(todo), measured, failed,
-                               layer_rows, time.monotonic() - start, stopped_early)
+        machine = between(cpu_start, read_cpu_times(), threads, spread_of(canary_values) if len(canary_values) > 1
+                          else None, time.monotonic() - start)
+        return CampaignSummary(str(store.folder), len(specs), len(specs) - len(todo), counts["measured"],
+                               counts["failed"], counts["layer_rows"], time.monotonic() - start, stopped_early, machine)
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _measure_chunk(chunk: list[BenchmarkSpec], worker: _Worker, protocol: Protocol, record: dict[str, Any],
+                   store: MeasurementStore, timeout_s: float, counts: dict[str, int], bar: Any) -> list[float]:
+    """Measure one chunk in interleaved rounds and commit each benchmark as soon as it is
+    done (failures after the chunk); returns the canary values of the chunk."""
+    by_id = {spec.id: spec for spec in chunk}
+    walls: dict[str, float] = {spec.id: 0.0 for spec in chunk}
+
+    def ask(request: str, argument: Any) -> tuple:
+        return worker.run(request, argument, timeout_s)
+
+    def canary() -> list[float]:
+        answer = ask("canary", None)
+        if answer[0] != "ok":
+            raise RuntimeError(f"timing the canary failed: {answer[1]}; see worker.log in the store folder")
+        return answer[1]
+
+    def measure(key: str) -> Profiled:
+        began = time.perf_counter()
+        answer = ask("round", by_id[key].to_json())
+        walls[key] += time.perf_counter() - began
+        if answer[0] != "ok":
+            raise ItemFailed(answer[1])
+        return answer[1]
+
+    def commit(key: str, rounds: list[Profiled], factors: list[float]) -> None:
+        spec = by_id[key]
+        answer = ask("rows", (spec.to_json(), merge_rounds(rounds, factors), protocol.statistic, walls[key]))
+        if answer[0] != "ok":
+            fail(spec, answer[1])
+            return
+        _, network, rows = answer
+        store.append({**network, "finished_utc": _now()}, rows)
+        counts["measured"] += 1
+        counts["layer_rows"] += len(rows)
+
+    def fail(spec: BenchmarkSpec, error: str) -> None:
+        store.append({"benchmark": spec.id, "family": spec.family, "spec": spec.to_json(), "status": "failed",
+                      "error": error, "wall_s": walls[spec.id], "finished_utc": _now()}, [])
+        counts["failed"] += 1
+
+    use_canary = protocol.drift == "canary"
+    if use_canary and record.get("canary_ms") is None:
+        runs = [t for _ in range(REFERENCE_ROUNDS) for t in canary()]
+        record["canary_ms"] = statistic_ms(runs, protocol.statistic)
+        write_record(store.folder, record)
+    session = interleave(list(by_id), measure, protocol, canary if use_canary else None, record.get("canary_ms"),
+                         commit, progress=bar)
+    for key, error in session.failures.items():
+        fail(by_id[key], error)
+    return session.canary_ms

@@ -31,19 +31,22 @@ import numpy as np
 from ..backends.base import KernelRecord
 from ..graph.layer_graph import LayerGraph
 from ..kinds import FEATURES
+from ..measure.protocol import spread_of, statistic_ms
 
 
 LAYOUT_KERNELS = frozenset({"Reorder", "ReorderInput", "ReorderOutput"})   # layout changes runtimes insert
 
 
-def _summary(runs: np.ndarray) -> tuple[float, float]:
-    p10, median, p90 = np.percentile(runs, [10, 50, 90])
-    return float(median), float((p90 - p10) / median) if median > 0 else 0.0
+def _summary(runs: np.ndarray, statistic: str) -> tuple[float, float]:
+    """(``statistic`` of the runs, their spread (p90 - p10) / median)."""
+    return statistic_ms(runs, statistic), spread_of(runs)
 
 
-def match_kernels(graph: LayerGraph, kernels: list[KernelRecord]) -> list[dict[str, Any]]:
+def match_kernels(graph: LayerGraph, kernels: list[KernelRecord], statistic: str = "median") -> list[dict[str, Any]]:
     """One row per layer of ``graph`` (in execution order), then one per executed kernel
-    that computes no layer; see the module docstring for the columns' meaning."""
+    that computes no layer; see the module docstring for the columns' meaning. A row's
+    ``time_ms`` is ``statistic`` (:data:`~annette_torch.measure.protocol.STATISTICS`) of its
+    runs, ``spread`` their (p90 - p10) / median."""
     layer_of_path = {layer.module_path: layer.name for layer in graph.layers}   # last layer per path wins
     executed = [k for k in kernels if k.status == "EXECUTED"]
     runs = max((len(k.runs_ms) for k in executed), default=0)
@@ -82,7 +85,7 @@ def match_kernels(graph: LayerGraph, kernels: list[KernelRecord]) -> list[dict[s
         if own:
             status = "executed"
             total = np.sum([np.resize(np.asarray(k.runs_ms, dtype=float), runs) for k in own], axis=0)
-            time_ms, spread = _summary(total)
+            time_ms, spread = _summary(total, statistic)
         else:
             status = "fused" if layer.name in group else "optimized_out"
             time_ms, spread = 0.0, 0.0
@@ -104,7 +107,7 @@ def match_kernels(graph: LayerGraph, kernels: list[KernelRecord]) -> list[dict[s
             **{name: features[i, j] for j, name in enumerate(FEATURES)},
         })
     for kernel in orphans:
-        time_ms, spread = _summary(np.asarray(kernel.runs_ms, dtype=float))
+        time_ms, spread = _summary(np.asarray(kernel.runs_ms, dtype=float), statistic)
         rows.append({"layer": "", "kind": "", "op": "", "status": "executed", "kernel": kernel.name,
                      "kernel_type": kernel.kernel_type, "exec_type": kernel.exec_type, "fused_into": "",
                      "successors": "", "fusion": "", "time_ms": time_ms, "spread": spread,

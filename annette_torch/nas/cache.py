@@ -67,6 +67,9 @@ class SignatureCache:
         profile's per-inference overhead."""
         table = self.estimator.kernel_table(graph)
         keys = [(kind, fused[1:], row.tobytes()) for kind, fused, row in zip(table.kinds, table.layer_kinds, table.features)]
+        measured = self.estimator.measured_ms(table)
+        for i in np.flatnonzero(np.isfinite(measured)):
+            self.kernels.setdefault(keys[i], float(measured[i]))
         missing = [i for i, key in enumerate(keys) if key not in self.kernels and not table.free[i]]
         self.kernel_misses += len(missing)
         self.kernel_hits += len(keys) - len(missing) - int(table.free.sum())

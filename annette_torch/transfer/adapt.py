@@ -7,37 +7,38 @@ from __future__ import annotations
 import sys
 from typing import Sequence
 
-from tqdm import tqdm
-
-from ..backends import BackendError, get_backend
+from ..backends import get_backend
 from ..backends.base import torch_threads
-from ..calibration.campaign import check_options
 from ..estimator import Estimator
 from ..graph import trace
+from ..measure import Protocol
+from ..measure.networks import measure_networks
 from ..profiles import Profile, builtin_names, load_profile
 from .descriptor import LOCAL_DESCRIPTORS, DeviceDescriptor, local_sources, profile_from_descriptor
 from .fewshot import Sample, adapt_profile, backend_mapping, choose_source, unadapted
 from .references import draw, reference_pool
 
 
-def measure_references(backend, k: int, seed: int, warmup: int = 5, repeats: int = 25) -> list[Sample]:
-    """``k`` networks of the reference pool drawn by ``seed``, traced and measured on
-    ``backend`` (median of ``repeats`` timed runs after ``warmup``); a network the
-    backend fails on is reported and left out."""
+def measure_references(backend, k: int, seed: int, protocol: Protocol = Protocol()) -> list[Sample]:
+    """``k`` networks of the reference pool drawn by ``seed``, measured on ``backend``
+    with the measuring ``protocol`` (:mod:`annette_torch.measure.protocol`) and traced;
+    a network the backend fails on is reported and left out."""
     pool = reference_pool()
     if not 0 <= k <= len(pool):
         raise ValueError(f"--samples must be between 0 and {len(pool)} (the reference pool), got {k}")
+    nets = draw(pool, k, seed)
+    if not nets:
+        return []
+    session = measure_networks(backend, [(net.name, net.build, net.input_shape) for net in nets], protocol)
+    print(session.report(), file=sys.stderr)
+    for name, message in session.failures.items():
+        print(f"skipped {name}: {message}", file=sys.stderr)
     samples = []
     with torch_threads(1):       # tracing; the backend pins its own threads
-        for net in tqdm(draw(pool, k, seed), desc=f"measure on {backend.name}", unit="net", file=sys.stderr):
-            model = net.build()
-            try:
-                latency = backend.measure(model, net.input_shape, warmup=warmup, repeats=repeats)
-            except BackendError as error:
-                print(f"skipped {net.name}: {error}", file=sys.stderr)
-                continue
-            samples.append(Sample(trace(model, input_shape=net.input_shape, name=net.name), latency.median_ms,
-                                  net.name, net.set))
+        for net in nets:
+            if net.name in session.measured:
+                samples.append(Sample(trace(net.build(), input_shape=net.input_shape, name=net.name),
+                                      session.measured[net.name].time_ms, net.name, net.set))
     return samples
 
 
@@ -68,16 +69,15 @@ def print_fit(profile: Profile, source: Profile, samples: Sequence[Sample]) -> N
 
 
 def few_shot(sources: Sequence[str], backend_name: str, threads: int, precision: str | None, k: int, seed: int,
-             name: str | None = None, warmup: int = 5, repeats: int = 25, mapping: str = "backend") -> Profile:
-    """Measure ``k`` reference networks on the backend, choose the source that adapts best
+             name: str | None = None, protocol: Protocol = Protocol(), mapping: str = "backend") -> Profile:
+    """Measure ``k`` reference networks on the backend with ``protocol``, choose the source that adapts best
     (when several are given) and adapt it; the profile's fingerprint is the backend's.
     ``mapping``: "backend" (what the backend declares, :func:`backend_mapping`) or as for
     :func:`adapt_profile`."""
-    check_options(threads, warmup=warmup, repeats=repeats)
     backend = get_backend(backend_name, threads=threads, precision=precision)
     target_mapping = backend_mapping(backend) if mapping == "backend" else mapping
     profiles = [load_profile(s) for s in sources]
-    samples = measure_references(backend, k, seed, warmup, repeats)
+    samples = measure_references(backend, k, seed, protocol)
     if k and not samples:
         raise ValueError(f"no reference network could be measured on {backend_name}")
     index, scores = choose_source(profiles, samples, target_mapping) if len(profiles) > 1 else (0, {})

@@ -1,0 +1,336 @@
+"""``calibrate --for MODEL ...``: measure the kernels of the networks a user cares about, in context.
+
+    summary = calibrate_for(["torchvision:resnet18"], "openvino-cpu", "measured")
+    Estimator("openvino-cpu", measured=summary.folder)(model)      # their kernels as measured
+
+Each network is profiled whole with the backend's per-layer profiling
+(:meth:`~annette_torch.backends.Backend.profile`) in the measuring protocol's
+interleaved rounds (:mod:`annette_torch.measure.protocol`: drift correction against the
+canary, ``statistic`` of the pooled runs); the graph matcher
+(:func:`~annette_torch.calibration.matcher.match_kernels`) gives each layer the time of
+the runtime kernels it is the first layer of. The estimator's kernels (its profile's
+mapping of the same traced graph) are tied to those times through the layers they
+compute: the layers of one estimator kernel, and the layers the runtime fused into one
+of its kernels, form groups (connected components); a group with one estimator kernel
+gives it the group's time (``tie`` "exact"), a group with several (the runtime fused
+more than the profile's rules say) is split between them in proportion to the layer
+models' predictions ("shared"), so a network's kernels still add up to what the runtime
+spent in them. Runtime kernels that compute no layer (layout reorders) and groups with
+only free kernels are reported, not stored.
+
+Kernels are stored by signature (:mod:`annette_torch.measure.kernel_table`); where a
+signature occurs several times in a network the median of its occurrences is kept. A
+network whose kernels are all in the table already is not measured again, and a kernel
+already in the table is never written again: each distinct kernel is measured once.
+Measuring runs in this process (as ``adapt`` does); the torch thread count is restored.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import math
+import os
+import sys
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import onnx
+import torch
+from tqdm import tqdm
+
+from ..atomic import atomic_path
+from ..backends import Backend, BackendError, KernelRecord, OnnxBackend, Profiled, get_backend
+from ..backends.base import _scope_of, random_input, torch_threads
+from ..estimator import Estimator
+from ..graph import LayerGraph, trace
+from ..kinds import FEATURES
+from ..measure.kernel_table import KERNELS_FILE, MATCHING, MeasuredKernels, append_kernels, kernel_signatures
+from ..measure.networks import check_machine, protocol_canary
+from ..measure.protocol import ItemFailed, Protocol, interleave, statistic_ms
+from ..measure.record import LEGACY, differences, new_record, read_record, write_record
+from ..profiles import builtin_names, load_profile
+from .campaign import merge_rounds
+from .matcher import match_kernels
+from .store import StoreError, fingerprint_folder
+
+
+@dataclass
+class NetworkResult:
+    """What ``calibrate --for`` found for one network: its measured end-to-end time, the
+    sum of its kernels as tied, the time tied to no kernel, the estimate from the layer
+    models alone and with the table, and how many of its kernels were new."""
+
+    name: str
+    measured_ms: float
+    kernels_ms: float
+    untied_ms: float
+    model_ms: float
+    table_ms: float
+    new_kernels: int
+    kernels: int
+
+    def __str__(self) -> str:
+        return (f"{self.name}: measured {self.measured_ms:.4g} ms end to end; its kernels {self.kernels_ms:.4g} ms "
+                f"(+{self.untied_ms:.3g} ms in kernels tied to no layer); estimate {self.table_ms:.4g} ms with the "
+                f"table, {self.model_ms:.4g} ms from the layer models; {self.new_kernels} of {self.kernels} "
+                f"distinct kernels new")
+
+
+@dataclass
+class InContextSummary:
+    """One run of ``calibrate --for``: the table's folder, per network its result (or
+    that it was not measured because its kernels are in the table or in a network
+    measured before it, or its failure)."""
+
+    folder: Path
+    results: list[NetworkResult] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    failures: dict[str, str] = field(default_factory=dict)
+    machine: str = ""
+
+
+def profile_for(backend: Backend) -> str:
+    """The built-in profile of ``backend``'s backend, threads and precision; ``ValueError`` if none."""
+    wanted = {"backend": backend.name, "threads": backend.threads, "precision": backend.precision}
+    for name in builtin_names():
+        fingerprint = load_profile(name).fingerprint
+        if all(fingerprint.get(k) == v for k, v in wanted.items()) and load_profile(name).training is None:
+            return name
+    raise ValueError(f"no built-in profile describes {backend.name} with {backend.threads} thread(s) and "
+                     f"{backend.precision}; give --profile (one fitted or adapted for it)")
+
+
+def tie_kernels(table: Any, rows: list[dict[str, Any]], predicted_ms: np.ndarray) -> tuple[np.ndarray, list[str], float]:
+    """Per kernel of the estimator's kernel ``table``: the measured time tied to it (NaN
+    for free kernels) and how ("exact" or "shared", see module doc), plus the
+    milliseconds tied to no kernel; ``rows`` are the matcher's layer rows of the same
+    graph, ``predicted_ms`` the layer models' times of the kernels."""
+    parent: dict[str, str] = {}
+
+    def find(name: str) -> str:
+        parent.setdefault(name, name)
+        while parent[name] != name:
+            parent[name] = parent[parent[name]]
+            name = parent[name]
+        return name
+
+    def union(a: str, b: str) -> None:
+        parent[find(a)] = find(b)
+
+    for layers in table.layers:
+        for name in layers[1:]:
+            union(name, layers[0])
+    for row in rows:
+        if row["layer"] and row["status"] == "fused" and row["fused_into"]:
+            union(row["layer"], row["fused_into"])
+    time_of: dict[str, float] = {}
+    untied = 0.0
+    for row in rows:
+        if not row["layer"]:
+            untied += row["time_ms"]
+        elif row["status"] == "executed":
+            root = find(row["layer"])
+            time_of[root] = time_of.get(root, 0.0) + row["time_ms"]
+    members: dict[str, list[int]] = {}
+    for k, layers in enumerate(table.layers):
+        if not table.free[k]:
+            members.setdefault(find(layers[0]), []).append(k)
+    untied += sum(t for root, t in time_of.items() if root not in members)
+    times = np.full(len(table), math.nan)
+    ties = [""] * len(table)
+    for root, kernels in members.items():
+        total = time_of.get(root, 0.0)
+        share = np.maximum(predicted_ms[kernels], 0.0)
+        share = share / share.sum() if len(kernels) > 1 and share.sum() > 0 else np.full(len(kernels), 1 / len(kernels))
+        for k, part in zip(kernels, share):
+            times[k], ties[k] = total * part, "exact" if len(kernels) == 1 else "shared"
+    return times, ties, untied
+
+
+def _onnx_profile(backend: OnnxBackend, path: str, graph: LayerGraph, warmup: int, repeats: int) -> Profiled:
+    """The per-layer profile of an ONNX file (whose imported layers are named by their
+    nodes), kernels tied to node names, and its end-to-end latency."""
+    model = onnx.load(path, load_external_data=False).graph
+    scope = {node.name: node.name for node in model.node}
+    for node in model.node:
+        for output in node.output:
+            scope.setdefault(output, node.name)
+    known = {layer.module_path for layer in graph.layers}
+    shape = graph.input_shapes[0]
+    with backend.step("run"):
+        kernels = backend.profile_onnx(Path(path), random_input(shape), warmup, repeats)
+    kernels = [KernelRecord(k.name, k.kernel_type, k.exec_type, k.status, k.runs_ms,
+                            tuple(dict.fromkeys(s for n in k.layers if (s := _scope_of(n, scope)) in known)))
+               for k in kernels]
+    return Profiled(kernels, backend.measure_onnx(path, shape, warmup, repeats))
+
+
+@dataclass
+class _Network:
+    name: str
+    graph: LayerGraph
+    module: Any          # None for an ONNX file
+    path: str | None     # the ONNX file
+
+
+def _resolve(spec: str, input_shape: tuple[int, ...] | None) -> _Network:
+    """The network a spec names, traced at ``input_shape`` (default: its own); backends
+    feed one float input, so models with several inputs or token ids are refused."""
+    from ..models_source import resolve_model
+
+    resolved = resolve_model(spec, input_shape)
+    if resolved.graph is not None:
+        graph, module = resolved.graph, None
+    else:
+        shapes = [tuple(input_shape)] if input_shape else list(resolved.input_shapes)
+        if len(shapes) != 1 or resolved.token_inputs or resolved.input_dtype != torch.float32:
+            raise ValueError(f"{spec}: calibrate --for measures networks of one float input (what the backends "
+                             f"feed); give --input-shape for one, e.g. 1,3,224,224")
+        with torch_threads(1):
+            graph = trace(resolved.module, input_shape=shapes[0], name=resolved.name)
+        module = resolved.module
+    if len(graph.input_shapes) != 1:
+        raise ValueError(f"{spec}: calibrate --for measures networks of one input; this one has "
+                         f"{len(graph.input_shapes)}")
+    return _Network(resolved.name, graph, module, spec if module is None else None)
+
+
+@contextlib.contextmanager
+def _locked_table(root: str | os.PathLike, backend: Backend, protocol: Protocol):
+    """The table folder for ``backend`` under ``root``, locked, with its fingerprint and
+    protocol record checked (``StoreError`` when another run holds it or it was measured
+    otherwise); yields (folder, record)."""
+    fingerprint = backend.fingerprint()
+    folder = Path(root) / fingerprint_folder(fingerprint)
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise StoreError(f"{folder} is in use by another calibrate --for") from None
+        fingerprint_path = folder / "fingerprint.json"
+        if fingerprint_path.exists():
+            recorded = json.loads(fingerprint_path.read_text())
+            if recorded != fingerprint:
+                raise StoreError(f"{fingerprint_path} records {recorded}, not {fingerprint}")
+        else:
+            with atomic_path(fingerprint_path) as tmp:
+                tmp.write_text(json.dumps(fingerprint, indent=1) + "\n")
+        record = read_record(folder)
+        if record is None:
+            record = dict(LEGACY) if (folder / KERNELS_FILE).exists() else new_record(protocol)
+            write_record(folder, record)
+        found = differences(record, protocol)
+        if found:
+            raise StoreError(f"{folder} holds kernels measured with {', '.join(found)}; continue it with "
+                             f"--statistic {record['statistic']} --drift {record['drift']}, or use another --out")
+        yield folder, record
+
+
+def calibrate_for(specs: Sequence[str], backend_name: str, out: str | os.PathLike, profile: str | None = None,
+                  threads: int = 1, precision: str | None = None, protocol: Protocol = Protocol(),
+                  input_shape: tuple[int, ...] | None = None, progress: bool = True,
+                  backend_options: dict[str, Any] | None = None) -> InContextSummary:
+    """Measure the distinct kernels of the networks ``specs`` (as ``annette-torch
+    estimate`` takes them) on the backend into the table under ``out`` (see module doc),
+    keyed by the kernels of ``profile`` (default: the built-in profile of the backend,
+    :func:`profile_for`)."""
+    backend = get_backend(backend_name, threads=threads, precision=precision, **(backend_options or {}))
+    profile = profile or profile_for(backend)
+    estimator = Estimator(profile)
+    differ = [k for k in MATCHING if estimator.profile.fingerprint.get(k) != backend.fingerprint().get(k)]
+    if differ:
+        raise ValueError(f"profile {estimator.profile.name!r} describes another {', '.join(differ)} than "
+                         f"{backend_name} with {threads} thread(s) and {backend.precision}")
+    networks = [_resolve(spec, input_shape) for spec in specs]
+    with _locked_table(out, backend, protocol) as (folder, record):
+        known = MeasuredKernels.load(folder).times_ms
+        summary = InContextSummary(folder)
+        todo: dict[str, _Network] = {}
+        scheduled = set(known)
+        for net in networks:
+            table = estimator.kernel_table(net.graph)
+            wanted = {s for s, free in zip(kernel_signatures(table), table.free) if not free}
+            if wanted <= scheduled:        # in the table, or measured with a network before it
+                summary.skipped.append(net.name)
+            elif net.name not in todo:
+                todo[net.name] = net
+                scheduled |= wanted
+        if not todo:
+            return summary
+
+        def measure(name: str) -> Profiled:
+            net = todo[name]
+            try:
+                if net.module is None:
+                    if not isinstance(backend, OnnxBackend):
+                        raise ItemFailed(f"{backend_name} cannot run an ONNX file; use an ONNX backend "
+                                         f"(onnxruntime-cpu, openvino-cpu)")
+                    return _onnx_profile(backend, net.path, net.graph, protocol.warmup, protocol.repeats)
+                return backend.profile(net.module, net.graph.input_shapes[0],
+                                       [layer.module_path for layer in net.graph.layers],
+                                       warmup=protocol.warmup, repeats=protocol.repeats)
+            except BackendError as error:
+                raise ItemFailed(str(error)) from error
+
+        def finished(name: str, rounds: list[Profiled], factors: list[float]) -> None:
+            result, rows = _kernel_rows(todo[name], merge_rounds(rounds, factors), estimator, known,
+                                        protocol.statistic)
+            append_kernels(folder / KERNELS_FILE, rows)
+            known.update({row["signature"]: row["time_ms"] for row in rows})
+            result.table_ms = Estimator(estimator.profile, measured=MeasuredKernels.load(folder))(todo[name].graph)
+            summary.results.append(result)
+
+        with protocol_canary(backend, protocol) as canary:
+            before, runs = check_machine(canary, backend.threads)
+            summary.machine = str(before)
+            if runs and record.get("canary_ms") is None:
+                record["canary_ms"] = statistic_ms(runs, protocol.statistic)
+                write_record(folder, record)
+            with tqdm(total=len(todo) * protocol.rounds, desc=f"profile on {backend_name}", unit="run",
+                      disable=not progress, file=sys.stderr, dynamic_ncols=True) as bar:
+                session = interleave(list(todo), measure, protocol, canary, record.get("canary_ms"), finished,
+                                     progress=bar)
+        summary.failures = session.failures
+    return summary
+
+
+def _kernel_rows(net: _Network, profiled: Profiled, estimator: Estimator, known: dict[str, float],
+                 statistic: str) -> tuple[NetworkResult, list[dict[str, Any]]]:
+    """The network's result and the table rows of its kernels not in ``known``."""
+    graph = net.graph
+    rows = match_kernels(graph, profiled.kernels, statistic)
+    times = estimator.kernel_times(graph)
+    table = times.table
+    tied, ties, untied = tie_kernels(table, rows, times.time_ms)
+    signatures = kernel_signatures(table)
+    occurrences: dict[str, list[int]] = {}
+    for k, s in enumerate(signatures):
+        if not table.free[k]:
+            occurrences.setdefault(s, []).append(k)
+    now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    new = []
+    for s, kernels in occurrences.items():
+        if s in known:
+            continue
+        exact = [k for k in kernels if ties[k] == "exact"]
+        chosen = exact or kernels
+        first = chosen[0]
+        new.append({"signature": s, "kind": table.kinds[first], "fused": "+".join(table.layer_kinds[first][1:]),
+                    **{name: float(table.features[first, j]) for j, name in enumerate(FEATURES)},
+                    "time_ms": float(np.median(tied[chosen])), "spread": _spread(rows, table.layers[first]),
+                    "occurrences": len(kernels), "tie": ties[first], "network": net.name, "measured_utc": now})
+    result = NetworkResult(net.name, statistic_ms(profiled.latency.runs_ms, statistic), float(np.nansum(tied)),
+                           untied, float(times.time_ms.sum()) + estimator.profile.overhead_ms, math.nan, len(new),
+                           len(occurrences))
+    return result, new
+
+
+def _spread(rows: list[dict[str, Any]], layers: Sequence[str]) -> float:
+    """The largest spread of the executed layer rows among ``layers`` (0 if none ran)."""
+    names = set(layers)
+    return max((row["spread"] for row in rows if row["layer"] in names and row["status"] == "executed"), default=0.0)

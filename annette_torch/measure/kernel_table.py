@@ -1,0 +1,180 @@
+"""Kernels measured in context on this machine: a table the estimator consults before its layer models.
+
+    table = MeasuredKernels.load("measured/onnxruntime-cpu-1t-f32-1.32.0-c13e1653")
+    est = Estimator("onnxruntime-cpu", measured=table)       # or measured=<that folder>
+
+``annette-torch calibrate --for MODEL ...`` (:mod:`annette_torch.calibration.in_context`)
+profiles whole networks and writes the time of each distinct kernel it ran. A kernel is
+keyed by its *signature*, what every layer model reads, as the NAS signature cache
+(:mod:`annette_torch.nas.cache`) keys it: its kind, the kinds of the layers fused into it
+and its feature row (:data:`~annette_torch.kinds.FEATURES`, written with 17 significant
+digits so that the text is exact). Equal signatures are the same work, so a kernel
+measured in one network answers for it in every network.
+
+A table is a folder under a root, named like a measurement store
+(:func:`~annette_torch.calibration.store.fingerprint_folder`): ``fingerprint.json`` (the
+backend that measured), ``protocol.json`` (:mod:`.record`) and ``kernels.csv``, one row
+per kernel, appended (one ``write`` and ``fsync`` per network) and never rewritten; a
+last line cut by a kill is ignored, and where a signature repeats the last row wins.
+Loading validates every row (finite, non-negative times; known columns), naming the
+file and line of a bad one; nothing in it is executed.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..kinds import FEATURES
+
+KERNEL_COLUMNS = ("signature", "kind", "fused", *FEATURES, "time_ms", "spread", "occurrences", "tie", "network",
+                  "measured_utc")
+KERNELS_FILE = "kernels.csv"
+#: how a measured kernel time was tied to the estimator's kernel: the profile's kernels
+#: computing exactly its layers, or a group of the runtime's kernels that computed several
+#: of the estimator's kernels, split between them in proportion to the layer models
+TIES = ("exact", "shared")
+#: the fingerprint fields a profile must share with the table it consults
+MATCHING = ("backend", "threads", "precision")
+
+
+class KernelTableError(ValueError):
+    """A measured-kernels table cannot be read, or does not describe the profile's device."""
+
+
+def signature(kind: str, layer_kinds: Sequence[str], features: Sequence[float]) -> str:
+    """The text key of one kernel: ``kind|fused kinds|features`` (exact: 17 significant digits)."""
+    return f"{kind}|{'+'.join(layer_kinds[1:])}|" + ",".join(format(float(v), ".17g") for v in features)
+
+
+def kernel_signatures(table: Any) -> list[str]:
+    """The signature of every kernel of a :class:`~annette_torch.mapping.KernelTable`."""
+    return [signature(kind, kinds, row) for kind, kinds, row in zip(table.kinds, table.layer_kinds, table.features)]
+
+
+def _table_under(root: Path, fingerprint: dict[str, Any]) -> Path:
+    """The one table folder directly under ``root`` measured with ``fingerprint``'s backend,
+    threads and precision (``root`` itself when there is none, so the caller's error names it)."""
+    matches = []
+    for candidate in sorted(root.glob("*/fingerprint.json")):
+        try:
+            recorded = json.loads(candidate.read_text())
+        except ValueError:
+            continue
+        if isinstance(recorded, dict) and all(recorded.get(k) == fingerprint.get(k) for k in MATCHING):
+            matches.append(candidate.parent)
+    if len(matches) > 1:
+        raise KernelTableError(f"{root} holds several tables for {', '.join(f'{k}={fingerprint.get(k)}' for k in MATCHING)}: "
+                               f"{', '.join(m.name for m in matches)}; pass one of them")
+    return matches[0] if matches else root
+
+
+class MeasuredKernels:
+    """One device's kernels measured in context: ``fingerprint``, the protocol ``record``
+    and ``times_ms`` (signature -> time in ms); see the module doc."""
+
+    def __init__(self, folder: Path, fingerprint: dict[str, Any], record: dict[str, Any] | None,
+                 times_ms: dict[str, float]) -> None:
+        self.folder = folder
+        self.fingerprint = fingerprint
+        self.record = record
+        self.times_ms = times_ms
+
+    def __repr__(self) -> str:
+        return f"MeasuredKernels({str(self.folder)!r}, {len(self.times_ms)} kernels)"
+
+    def __len__(self) -> int:
+        return len(self.times_ms)
+
+    @classmethod
+    def load(cls, folder: str | os.PathLike, fingerprint: dict[str, Any] | None = None) -> MeasuredKernels:
+        """Read and validate the table in ``folder``, or, when ``folder`` is the root that
+        ``calibrate --for --out`` wrote, in its one subfolder whose backend, threads and
+        precision are those of ``fingerprint`` (``KernelTableError`` names what is wrong)."""
+        from .record import read_record
+
+        folder = Path(folder)
+        if not (folder / "fingerprint.json").is_file() and fingerprint is not None:
+            folder = _table_under(folder, fingerprint)
+        fingerprint_path = folder / "fingerprint.json"
+        if not fingerprint_path.is_file():
+            raise KernelTableError(f"{folder} is not a table of measured kernels (no fingerprint.json); "
+                                   f"make one with annette-torch calibrate --for MODEL --backend B --out DIR")
+        try:
+            fingerprint = json.loads(fingerprint_path.read_text())
+            record = read_record(folder)
+        except ValueError as error:
+            raise KernelTableError(f"{fingerprint_path}: {error}") from None
+        if not isinstance(fingerprint, dict) or not all(k in fingerprint for k in MATCHING):
+            raise KernelTableError(f"{fingerprint_path}: needs the fields {', '.join(MATCHING)}")
+        return cls(folder, fingerprint, record, read_kernels(folder / KERNELS_FILE))
+
+    def check_profile(self, fingerprint: dict[str, Any], name: str) -> None:
+        """``KernelTableError`` unless the profile ``name`` with ``fingerprint`` describes
+        the backend, threads and precision this table was measured with."""
+        differ = [f"{k} {self.fingerprint.get(k)!r} (the profile's: {fingerprint.get(k)!r})" for k in MATCHING
+                  if self.fingerprint.get(k) != fingerprint.get(k)]
+        if differ:
+            raise KernelTableError(f"the measured kernels in {self.folder} were measured with {', '.join(differ)}; "
+                                   f"profile {name!r} describes another device. Use a profile of that backend, "
+                                   f"threads and precision")
+
+    def lookup(self, table: Any) -> np.ndarray:
+        """Per kernel of a :class:`~annette_torch.mapping.KernelTable`: its measured time in
+        ms, NaN where the table has none."""
+        return np.array([self.times_ms.get(s, math.nan) for s in kernel_signatures(table)], dtype=float)
+
+
+def read_kernels(path: Path) -> dict[str, float]:
+    """Signature -> time of ``kernels.csv`` (empty when missing); the last row of a
+    signature wins; ``KernelTableError`` names the line of a malformed row."""
+    if not path.is_file():
+        return {}
+    text = path.read_text()
+    complete = text[: text.rfind("\n") + 1]                  # a last line cut by a kill is left out
+    reader = csv.DictReader(io.StringIO(complete))
+    if tuple(reader.fieldnames or ()) != KERNEL_COLUMNS:
+        raise KernelTableError(f"{path}: the header must be {','.join(KERNEL_COLUMNS)}")
+    times = {}
+    for line, row in enumerate(reader, start=2):
+        try:
+            time_ms = float(row["time_ms"])
+        except (TypeError, ValueError):
+            raise KernelTableError(f"{path} line {line}: field 'time_ms' is not a number: {row['time_ms']!r}") from None
+        if not (math.isfinite(time_ms) and time_ms >= 0):
+            raise KernelTableError(f"{path} line {line}: field 'time_ms' must be finite and >= 0, got {time_ms}")
+        if not row["signature"] or row["signature"].count("|") != 2:
+            raise KernelTableError(f"{path} line {line}: field 'signature' is malformed: {row['signature']!r}")
+        if row["tie"] not in TIES:
+            raise KernelTableError(f"{path} line {line}: field 'tie' must be one of {', '.join(TIES)}, got {row['tie']!r}")
+        times[row["signature"]] = time_ms
+    return times
+
+
+def append_kernels(path: Path, rows: list[dict[str, Any]]) -> None:
+    """Append ``rows`` (dicts of :data:`KERNEL_COLUMNS`) to ``kernels.csv`` with one write
+    and ``fsync``, the header first when the file is new."""
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, KERNEL_COLUMNS, lineterminator="\n")
+    new = not path.exists() or path.stat().st_size == 0
+    if new:
+        writer.writeheader()
+    elif not path.read_bytes().endswith(b"\n"):              # a row cut by a kill: drop it
+        with open(path, "rb+") as handle:
+            handle.truncate(path.read_bytes().rfind(b"\n") + 1)
+    for row in rows:
+        writer.writerow({k: (format(v, ".17g") if isinstance(v, float) else v) for k, v in row.items()})
+    descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        view = memoryview(buffer.getvalue().encode())
+        while view:
+            view = view[os.write(descriptor, view):]
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)

@@ -1,0 +1,127 @@
+"""Measure a list of networks end to end on one backend with the protocol.
+
+    session = measure_networks(backend, [(key, build, input_shape), ...], Protocol())
+    session.measured[key].time_ms          # the protocol's statistic, drift-corrected
+    print(session.report())                # machine state before and over the session
+
+Each round builds a network anew (``build()``), so a session of large models keeps one
+in memory at a time, and times it with :meth:`~annette_torch.backends.Backend.measure`.
+Before the first network the machine is checked (:mod:`.machine_load`: steal, busy
+CPUs, load, and the canary's spread as the noise), warning when it is too busy.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import sys
+from dataclasses import dataclass
+from typing import Any, Callable, Hashable, Iterator, Sequence
+
+from tqdm import tqdm
+from torch import nn
+
+from ..backends.base import BackendError
+from .canary import canary_timer
+from .machine_load import MachineState, between, machine_state, read_cpu_times
+from .protocol import REFERENCE_ROUNDS, ItemFailed, Measured, Protocol, Session, combine, spread_of, statistic_ms, \
+    interleave
+
+Item = tuple[Hashable, Callable[[], nn.Module], Sequence[int]]
+#: seconds the machine check watches /proc/stat for before a session
+CHECK_INTERVAL_S = 1.0
+
+
+@dataclass
+class NetworkSession:
+    """What :func:`measure_networks` measured (``measured``: key -> :class:`Measured`),
+    what failed (key -> message), the protocol session (canary values, reference) and
+    the machine's state before (``before``) and over the session (``during``)."""
+
+    protocol: Protocol
+    measured: dict[Hashable, Measured]
+    failures: dict[Hashable, str]
+    session: Session
+    before: MachineState
+    during: MachineState
+
+    def report(self) -> str:
+        """Two lines: the machine before measuring and during the session."""
+        reference = f"; canary reference {self.session.reference_ms:.4g} ms" if self.session.reference_ms else ""
+        return (f"machine before measuring: {self.before}\n"
+                f"machine while measuring: {self.during}{reference}; {self.session.wall_s:.0f} s")
+
+
+@contextlib.contextmanager
+def protocol_canary(backend, protocol: Protocol) -> Iterator[Callable[[], Sequence[float]] | None]:
+    """The canary timer of ``backend`` for ``protocol`` (None without drift correction)."""
+    if protocol.drift != "canary":
+        yield None
+        return
+    with canary_timer(backend, protocol.warmup, protocol.canary_repeats) as canary:
+        yield canary
+
+
+def check_machine(canary: Callable[[], Sequence[float]] | None, threads: int, warn: bool = True,
+                  interval_s: float | None = None) -> tuple[MachineState, list[float]]:
+    """The machine's state (:func:`~.machine_load.machine_state`) with the spread of
+    :data:`~.protocol.REFERENCE_ROUNDS` canary timings as its noise, and those runs
+    (empty without a canary), watching ``interval_s`` (default :data:`CHECK_INTERVAL_S`);
+    warns when the machine is too busy."""
+    state = machine_state(threads=threads, interval_s=CHECK_INTERVAL_S if interval_s is None else interval_s)
+    runs = [t for _ in range(REFERENCE_ROUNDS) for t in canary()] if canary is not None else []
+    if runs:
+        state = dataclasses.replace(state, noise=spread_of(runs))
+    if warn:
+        state.warn()
+    return state, runs
+
+
+def measure_networks(backend, items: Sequence[Item], protocol: Protocol = Protocol(),
+                     reference_ms: float | None = None, on_start: Callable[[float | None], None] | None = None,
+                     on_measured: Callable[[Hashable, Measured], None] | None = None,
+                     deadline: float | None = None, progress: bool = True, warn: bool = True) -> NetworkSession:
+    """Measure ``items`` (key, builder, input shape) on ``backend`` with ``protocol``.
+
+    ``reference_ms``: the canary time to express the times against (a folder's recorded
+    reference, :mod:`.record`); default the statistic of the canary's timings at the
+    start. ``on_start(reference_ms)`` is called with the reference in use (None without
+    drift correction) before the first network, ``on_measured(key, measured)`` as soon
+    as a network is done.
+    ``deadline``: keep adding rounds until ``time.monotonic()`` passes it. A network the
+    backend fails on is dropped with its message in ``failures``."""
+    shapes = {key: tuple(shape) for key, _, shape in items}
+    builders = {key: build for key, build, _ in items}
+
+    def measure(key: Hashable) -> tuple[float, ...]:
+        try:
+            return tuple(backend.measure(builders[key](), shapes[key], warmup=protocol.warmup,
+                                         repeats=protocol.repeats).runs_ms)
+        except BackendError as error:
+            raise ItemFailed(str(error)) from error
+
+    def finished(key: Hashable, rounds: list, factors: list[float]) -> None:
+        measured[key] = combine(rounds, factors, protocol.statistic)
+        if on_measured is not None:
+            on_measured(key, measured[key])
+
+    measured: dict[Hashable, Measured] = {}
+    with protocol_canary(backend, protocol) as canary:
+        before, runs = check_machine(canary, backend.threads, warn)
+        if runs and reference_ms is None:
+            reference_ms = statistic_ms(runs, protocol.statistic)
+        if on_start is not None:
+            on_start(reference_ms if canary is not None else None)
+        start = read_cpu_times()
+        with tqdm(total=len(shapes) * protocol.rounds, desc=f"measure on {backend.name} ({protocol.rounds} rounds)",
+                  unit="run", disable=not progress, file=sys.stderr, dynamic_ncols=True) as bar:
+            session = interleave(list(shapes), measure, protocol, canary, reference_ms, finished, deadline, bar)
+        during = between(start, read_cpu_times(), backend.threads, session.canary_spread(), session.wall_s)
+    return NetworkSession(protocol, measured, session.failures, session, before, during)
+
+
+def measured_json(measured: Measured) -> dict[str, Any]:
+    """A :class:`Measured` as plain JSON: value, spread, per-round values raw and corrected, factors."""
+    return {"time_ms": measured.time_ms, "statistic": measured.statistic, "spread": measured.spread,
+            "round_ms": measured.round_values(), "raw_round_ms": measured.round_values(corrected=False),
+            "factors": list(measured.factors), "runs_ms": list(measured.runs_ms),
+            "raw_runs_ms": list(measured.raw_runs_ms)}

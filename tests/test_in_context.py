@@ -1,0 +1,190 @@
+"""``calibrate --for``: kernels measured in context, stored by signature, consulted by the estimator."""
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from annette_torch import Estimator, trace
+from annette_torch.backends.torch_cpu import LayerTimer, _module_hooks
+from annette_torch.calibration.in_context import calibrate_for, tie_kernels
+from annette_torch.calibration.store import StoreError
+from annette_torch.cli import main as cli_main
+from annette_torch.measure import Protocol
+from annette_torch.measure.kernel_table import KERNELS_FILE, KernelTableError, MeasuredKernels, kernel_signatures
+from annette_torch.nas import SignatureCache
+
+pytestmark = pytest.mark.filterwarnings("ignore::annette_torch.measure.BusyMachineWarning",
+                                        "ignore::annette_torch.profiles.fingerprint.ProfileMismatchWarning")
+
+MODELS = '''
+import torch
+from torch import nn
+
+
+class Block(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.conv, self.bn, self.relu = nn.Conv2d(c, c, 3, padding=1), nn.BatchNorm2d(c), nn.ReLU()
+
+    def forward(self, x):
+        return self.relu(self.bn(self.conv(x))) + x
+
+
+def two_blocks():
+    return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), Block(8), Block(8), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                         nn.Linear(8, 4))
+
+
+def one_block():
+    return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), Block(8), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                         nn.Linear(8, 4))
+'''
+SHAPE = (1, 3, 16, 16)
+QUICK = ["--rounds", "2", "--warmup", "1", "--repeats", "2", "--input-shape", "1,3,16,16"]
+
+
+@pytest.fixture
+def models(tmp_path):
+    path = tmp_path / "models.py"
+    path.write_text(MODELS)
+    return path
+
+
+def _graph(models, name):
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("models", models)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return trace(getattr(module, name)().eval(), input_shape=SHAPE, name=name)
+
+
+def _rows(folder):
+    import pandas as pd
+    return pd.read_csv(Path(folder) / KERNELS_FILE)
+
+
+def test_for_measures_each_distinct_kernel_once_and_the_estimate_uses_them(models, tmp_path, capsys):
+    out = tmp_path / "measured"
+    specs = [f"{models}:two_blocks", f"{models}:one_block"]
+    assert cli_main(["calibrate", "--backend", "onnxruntime-cpu", "--for", *specs, "--out", str(out), *QUICK]) == 0
+    printed = capsys.readouterr().out
+    assert "models:two_blocks: measured" in printed and "estimate" in printed
+    assert "models:one_block: not measured, its kernels are in the table or in a network measured before it" in printed
+    folder = next(out.iterdir())
+    assert json.loads((folder / "fingerprint.json").read_text())["backend"] == "onnxruntime-cpu"
+    record = json.loads((folder / "protocol.json").read_text())
+    assert record["statistic"] == "p10" and record["drift"] == "canary" and record["canary_ms"] > 0
+
+    estimator = Estimator("onnxruntime-cpu")
+    graphs = [_graph(models, "two_blocks"), _graph(models, "one_block")]
+    distinct = set()
+    for graph in graphs:
+        table = estimator.kernel_table(graph)
+        distinct |= {s for s, free in zip(kernel_signatures(table), table.free) if not free}
+    rows = _rows(folder)
+    assert sorted(rows["signature"]) == sorted(distinct)           # every distinct kernel, each once
+    assert (rows["time_ms"] >= 0).all() and set(rows["tie"]) <= {"exact", "shared"}
+    assert set(rows["network"]) == {"models:two_blocks"}
+    assert rows.set_index("kind").loc["conv", "occurrences"].max() == 2     # the two blocks' convs: one kernel
+
+    before = (folder / KERNELS_FILE).read_bytes()
+    again = calibrate_for(specs, "onnxruntime-cpu", out, protocol=Protocol(rounds=1, warmup=1, repeats=2),
+                          input_shape=SHAPE, progress=False)
+    assert again.results == [] and again.skipped == ["models:two_blocks", "models:one_block"]
+    assert (folder / KERNELS_FILE).read_bytes() == before            # nothing measured or written twice
+
+    table = MeasuredKernels.load(folder)
+    measured = Estimator("onnxruntime-cpu", measured=folder)
+    for graph in graphs:
+        report = measured.report(graph)
+        executed = report[report["bound"] != "free"]
+        assert (executed["layer_model"] == "measured").all() and (executed["profile_entry"] == "measured").all()
+        kernels = estimator.kernel_table(graph)
+        expected = sum(table.times_ms[s] for s, free in zip(kernel_signatures(kernels), kernels.free) if not free)
+        assert measured(graph) == pytest.approx(expected + measured.profile.overhead_ms)
+        assert report.attrs["total_ms"] == pytest.approx(measured(graph))
+        assert SignatureCache(measured).graph_time_ms(graph) == pytest.approx(expected)
+    assert (estimator.report(graphs[0])["layer_model"] != "measured").all()      # without the table: the models
+    assert Estimator("onnxruntime-cpu", measured=out).measured.folder == folder   # the --out root finds its table
+
+    assert cli_main(["estimate", f"{models}:one_block", "--input-shape", "1,3,16,16", "--profile", "onnxruntime-cpu",
+                     "--measured", str(folder)]) == 0
+    printed = capsys.readouterr().out
+    assert "measured" in printed.split("\n", 1)[1]               # the layer_model column
+    assert printed.splitlines()[-1].endswith("(100 %) measured on this machine")
+
+
+def test_a_table_of_another_device_or_a_bad_row_is_refused(models, tmp_path):
+    out = tmp_path / "measured"
+    summary = calibrate_for([f"{models}:one_block"], "torch-cpu", out, protocol=Protocol(rounds=1, warmup=1, repeats=2,
+                                                                                          drift="none"),
+                            input_shape=SHAPE, progress=False)
+    assert len(summary.results) == 1 and summary.results[0].new_kernels == summary.results[0].kernels
+    with pytest.raises(KernelTableError, match="profile 'onnxruntime-cpu' describes another device"):
+        Estimator("onnxruntime-cpu", measured=summary.folder)
+    with pytest.raises(StoreError, match="continue it with --statistic p10 --drift none"):
+        calibrate_for([f"{models}:two_blocks"], "torch-cpu", out, protocol=Protocol(rounds=1), input_shape=SHAPE,
+                      progress=False)
+    path = summary.folder / KERNELS_FILE
+    text = path.read_text().splitlines()
+    fields = text[1].split(",")
+    fields[-6] = "-1"                                               # time_ms
+    path.write_text("\n".join([text[0], ",".join(fields), *text[2:]]) + "\n")
+    with pytest.raises(KernelTableError, match=r"kernels.csv line 2: field 'time_ms' must be finite and >= 0"):
+        MeasuredKernels.load(summary.folder)
+    with pytest.raises(KernelTableError, match="not a table of measured kernels"):
+        MeasuredKernels.load(tmp_path)
+
+
+class _Table:
+    """The parts of a KernelTable that tie_kernels reads."""
+
+    def __init__(self, layers, free):
+        self.layers = layers
+        self.free = np.array(free)
+
+    def __len__(self):
+        return len(self.layers)
+
+
+def test_kernels_are_tied_through_the_layers_they_compute():
+    # estimator kernels: conv+bn | relu | add | flatten (free) | fc
+    table = _Table([("conv", "bn"), ("relu",), ("add",), ("flatten",), ("fc",)], [False, False, False, True, False])
+    rows = [{"layer": "conv", "status": "executed", "fused_into": "", "time_ms": 3.0},
+            {"layer": "bn", "status": "fused", "fused_into": "conv", "time_ms": 0.0},
+            {"layer": "relu", "status": "fused", "fused_into": "conv", "time_ms": 0.0},    # the runtime fused more
+            {"layer": "add", "status": "executed", "fused_into": "", "time_ms": 0.5},
+            {"layer": "flatten", "status": "executed", "fused_into": "", "time_ms": 0.25},  # a free kernel ran
+            {"layer": "fc", "status": "executed", "fused_into": "", "time_ms": 1.0},
+            {"layer": "", "status": "executed", "fused_into": "", "time_ms": 0.125}]        # a layout reorder
+    times, ties, untied = tie_kernels(table, rows, np.array([2.0, 1.0, 0.4, 0.0, 0.9]))
+    assert times[:2] == pytest.approx([2.0, 1.0])                   # conv+bn+relu's 3 ms split 2:1 as predicted
+    assert ties == ["shared", "shared", "exact", "", "exact"]
+    assert times[2] == 0.5 and np.isnan(times[3]) and times[4] == 1.0
+    assert untied == pytest.approx(0.375)
+
+
+def test_a_layer_timed_inside_another_is_left_out_of_its_time():
+    class Slow(nn.Module):
+        def forward(self, x):
+            for _ in range(200):
+                x = x + 1
+            return x
+
+    class Outer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = Slow()
+
+        def forward(self, x):
+            return self.inner(x) * 2
+
+    model = Outer()
+    timer = LayerTimer()
+    with _module_hooks(model, ["", "inner"], timer.enter, timer.leave), torch.no_grad():
+        model(torch.zeros(4))
+    times = timer.times()
+    assert times["inner"][0] > 5 * times[""][0]      # the outer call's own work is one multiply

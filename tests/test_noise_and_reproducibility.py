@@ -1,0 +1,55 @@
+"""``annette-torch noise`` and benchmarks/reproducibility.py, run for a few seconds on tiny settings."""
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from annette_torch.backends import get_backend
+from annette_torch.cli import main as cli_main
+from annette_torch.measure import Protocol
+from annette_torch.measure.noise import measure_noise, noise_networks, round_to_round
+from annette_torch.measure.protocol import combine
+
+pytestmark = pytest.mark.filterwarnings("ignore::annette_torch.measure.BusyMachineWarning")
+
+_spec = importlib.util.spec_from_file_location("reproducibility",
+                                               Path(__file__).parents[1] / "benchmarks" / "reproducibility.py")
+reproducibility = importlib.util.module_from_spec(_spec)
+sys.modules.setdefault("reproducibility", reproducibility)
+_spec.loader.exec_module(reproducibility)
+
+
+def test_round_to_round_and_agreement_on_hand_numbers():
+    assert round_to_round([10.0, 11.0, 10.0]) == pytest.approx(2 / 2 / (31 / 3))
+    assert round_to_round([5.0]) == 0.0
+    first = {("a", "x"): combine([[10.0, 10.0]], [1.0], "p10"), ("b", "y"): combine([[4.0]], [1.0], "p10")}
+    second = {("a", "x"): combine([[11.0, 11.0]], [1.1], "p10"), ("b", "y"): combine([[5.0]], [1.0], "p10")}
+    assert reproducibility.agreement(first, second, "p10") == pytest.approx({("a", "x"): 0.0, ("b", "y"): 0.25})
+    assert reproducibility.agreement(first, second, "p10", corrected=False)[("a", "x")] == pytest.approx(0.1)
+
+
+def test_noise_command_prints_round_to_round_differences(capsys):
+    assert cli_main(["noise", "--backend", "torch-cpu", "--rounds", "2", "--warmup", "1", "--repeats", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "round-to-round |diff|" in out and "drift-corrected" in out and "machine before measuring: " in out
+    for name, _, _ in noise_networks():
+        assert name in out
+    assert "\nmean" in out and "steal" in out
+    with pytest.raises(ValueError, match="at least 2 rounds"):
+        measure_noise(get_backend("torch-cpu"), Protocol(rounds=1))
+
+
+def test_reproducibility_benchmark_on_two_tiny_networks(tmp_path, capsys):
+    out = tmp_path / "passes.json"
+    reproducibility.main(["--backend", "torch-cpu", "--sets", "nb201", "--nb201", "2", "--rounds", "2",
+                          "--warmup", "1", "--repeats", "2", "--json", str(out)])
+    printed = capsys.readouterr().out
+    assert "agreement between the passes (p10, drift corrected)" in printed
+    assert "target <= 3.0%" in printed and "target <= 1.5%" in printed
+    saved = json.loads(out.read_text())
+    assert len(saved["passes"]) == 2 and all(len(p) == 2 for p in saved["passes"])
+    first, second = saved["passes"]
+    key = next(iter(first))
+    assert len(first[key]["round_ms"]) == 2 and first[key]["time_ms"] > 0 and second[key]["time_ms"] > 0

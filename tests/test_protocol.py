@@ -1,0 +1,216 @@
+"""The measuring protocol: interleaved rounds, drift correction, statistic, busy-machine check."""
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from annette_torch.backends import get_backend
+from annette_torch.measure import machine_load
+from annette_torch.measure.canary import CANARY_INPUT_SHAPE, canary_network
+from annette_torch.measure.networks import measure_networks
+from annette_torch.measure.protocol import (REFERENCE_ROUNDS, ItemFailed, Protocol, combine, interleave,
+                                            statistic_ms)
+from annette_torch.measure.record import LEGACY, differences, new_record, read_record, write_record
+
+
+def test_statistics_on_hand_numbers():
+    runs = [5.0, 1.0, 2.0, 3.0, 4.0]
+    assert statistic_ms(runs, "min") == 1.0
+    assert statistic_ms(runs, "median") == 3.0
+    assert statistic_ms(runs, "p25") == 2.0
+    assert statistic_ms(runs, "p10") == pytest.approx(1.4)
+    with pytest.raises(ValueError, match="statistics are"):
+        statistic_ms(runs, "mean")
+    with pytest.raises(ValueError, match="statistic must be one of"):
+        Protocol(statistic="mean")
+    with pytest.raises(ValueError, match="rounds"):
+        Protocol(rounds=0)
+
+
+def test_rounds_are_interleaved_with_a_canary_before_each_item_and_after_the_last():
+    calls, finished = [], []
+    protocol = Protocol(rounds=2, statistic="median")
+
+    def canary():
+        calls.append("canary")
+        return [1.0]
+
+    def measure(key):
+        calls.append(key)
+        return [2.0]
+
+    session = interleave(["A", "B", "C"], measure, protocol, canary,
+                         on_finished=lambda key, results, factors: finished.append((key, len(calls))))
+    assert calls[:REFERENCE_ROUNDS] == ["canary"] * REFERENCE_ROUNDS        # the reference, timed first
+    assert [c for c in calls[REFERENCE_ROUNDS:] if c != "canary"] == ["A", "B", "C", "A", "B", "C"]
+    assert calls[REFERENCE_ROUNDS:] == ["canary", "A", "canary", "B", "canary", "C"] * 2 + ["canary"]
+    # each network is handed over once the canary after its last round has run
+    assert [key for key, _ in finished] == ["A", "B", "C"]
+    assert all(calls[n - 1] == "canary" for _, n in finished)
+    assert session.results == {"A": [[2.0], [2.0]], "B": [[2.0], [2.0]], "C": [[2.0], [2.0]]}
+    assert session.factors("B") == [1.0, 1.0]
+
+
+def test_a_failing_item_is_dropped_and_the_others_go_on():
+    def measure(key):
+        if key == "bad" and len(seen) > 2:
+            raise ItemFailed("compile failed")
+        seen.append(key)
+        return [1.0]
+
+    seen = []
+    session = interleave(["ok", "bad", "also"], measure, Protocol(rounds=2, drift="none"))
+    assert session.failures == {"bad": "compile failed"}
+    assert set(session.results) == {"ok", "also"} and all(len(r) == 2 for r in session.results.values())
+    with pytest.raises(ValueError, match="no canary"):
+        interleave(["x"], measure, Protocol(drift="canary"))
+
+
+def test_a_deadline_adds_rounds_until_it_passes(monkeypatch):
+    clock = [0.0]
+    monkeypatch.setattr("annette_torch.measure.protocol.time.monotonic", lambda: clock[0])
+
+    def measure(key):
+        clock[0] += 1.0
+        return [1.0]
+
+    done = []
+    session = interleave(["a", "b"], measure, Protocol(rounds=1, drift="none"), deadline=5.0,
+                         on_finished=lambda key, results, factors: done.append((key, len(results))))
+    assert len(session.results["a"]) == 3 and len(session.results["b"]) == 3      # rounds started at t=0, 2, 4
+    assert done == [("a", 3), ("b", 3)]
+
+
+class SyntheticMachine:
+    """A machine whose speed drifts with time: every run takes ``true_ms * drift(t) * noise``
+    (noise only ever slows a run down) and advances the clock by its duration; preparing
+    a network to run (export, compile) takes half a second more."""
+
+    def __init__(self, drift, noise=0.01, seed=0):
+        self.t = 0.0
+        self.drift = drift
+        self.rng = np.random.default_rng(seed)
+        self.noise = noise
+
+    def runs(self, true_ms, count):
+        self.t += 0.5
+        out = []
+        for _ in range(count):
+            ms = true_ms * self.drift(self.t) * (1 + abs(self.rng.normal(0, self.noise)))
+            self.t += ms / 1e3
+            out.append(ms)
+        return out
+
+
+TRUE_MS = {"small": 0.8, "medium": 4.0, "large": 20.0, "tiny": 0.2}
+
+
+def _session(machine, protocol, reference_ms=None):
+    session = interleave(list(TRUE_MS), lambda key: machine.runs(TRUE_MS[key], protocol.repeats), protocol,
+                         canary=lambda: machine.runs(0.5, protocol.canary_repeats), reference_ms=reference_ms)
+    measured = {key: combine(session.results[key], session.factors(key), protocol.statistic) for key in TRUE_MS}
+    return session, measured
+
+
+def _relative_errors(measured, corrected):
+    """Each network's time over its true time, divided by the median of that ratio: 0 where
+    all networks are off by one common factor (which a reference time fixes)."""
+    ratios = np.array([measured[k].value(corrected=corrected) / TRUE_MS[k] for k in TRUE_MS])
+    return np.abs(ratios / np.median(ratios) - 1)
+
+
+def test_the_canary_recovers_a_known_synthetic_drift():
+    # the machine warms up and slows down by 3 % a second (50 % over the session), in +-10 % waves
+    drift = lambda t: (1 + 0.03 * t) * (1 + 0.1 * math.sin(t))  # noqa: E731
+    protocol = Protocol(rounds=3, repeats=10, statistic="p10")
+    session, measured = _session(SyntheticMachine(drift), protocol)
+    raw, corrected = _relative_errors(measured, False), _relative_errors(measured, True)
+    assert raw.max() > 0.1                           # uncorrected, the drift shows through
+    assert corrected.max() < 0.015 and corrected.mean() < raw.mean() / 10
+    # each round's factor is the machine's slowdown then, against the reference
+    for key in TRUE_MS:
+        rounds = measured[key].round_values()
+        assert max(rounds) / min(rounds) < 1.05, (key, rounds)
+
+
+def test_the_recorded_reference_makes_two_sessions_agree_on_a_machine_that_slowed_down():
+    protocol = Protocol(rounds=3, repeats=10)
+    first, quiet = _session(SyntheticMachine(lambda t: 1.0, seed=1), protocol)
+    _, busy = _session(SyntheticMachine(lambda t: 1.3, seed=2), protocol, reference_ms=first.reference_ms)
+    for key in TRUE_MS:
+        assert busy[key].value(corrected=False) / quiet[key].value(corrected=False) == pytest.approx(1.3, rel=0.03)
+        assert busy[key].time_ms / quiet[key].time_ms == pytest.approx(1.0, abs=0.03)
+
+
+def test_without_drift_the_canary_costs_little_noise():
+    protocol = Protocol(rounds=3, repeats=10)
+    _, measured = _session(SyntheticMachine(lambda t: 1.0, noise=0.01, seed=3), protocol)
+    assert _relative_errors(measured, True).max() < 0.01
+
+
+PROC_STAT_BEFORE = """cpu  1000 10 500 8000 100 0 20 50 0 0
+cpu0 500 5 250 4000 50 0 10 25 0 0
+intr 12345
+"""
+PROC_STAT_AFTER = """cpu  1300 10 600 8400 100 0 20 150 0 0
+cpu0 650 5 300 4200 50 0 10 75 0 0
+"""
+
+
+def test_the_busy_machine_check_reads_steal_and_busy_time_from_proc_stat(tmp_path):
+    before, after = machine_load.parse_proc_stat(PROC_STAT_BEFORE), machine_load.parse_proc_stat(PROC_STAT_AFTER)
+    assert (before.total, before.idle, before.steal) == (9680, 8100, 50)
+    loadavg = tmp_path / "loadavg"
+    loadavg.write_text("3.50 2.00 1.00 3/200 1234\n")
+    state = machine_load.between(before, after, threads=1, noise=0.08, interval_s=1.0, measuring=False,
+                                 loadavg_path=loadavg)
+    assert state.steal_share == pytest.approx(100 / 900)             # 900 ticks passed, 100 of them stolen
+    assert state.busy_share == pytest.approx(1 - 400 / 900)
+    assert state.load_1min == 3.5
+    reasons = " ".join(state.warnings)
+    assert "stole 11.1%" in reasons and "canary's run times spread 8.0%" in reasons
+    with pytest.warns(machine_load.BusyMachineWarning, match="too busy"):
+        state.warn()
+    quiet = machine_load.between(before, machine_load.CpuTimes(before.total + 900, before.idle + 899, before.steal),
+                                 threads=1, noise=0.01, measuring=False, loadavg_path=tmp_path / "missing")
+    assert quiet.warnings == [] and quiet.load_1min is None
+    with pytest.raises(ValueError, match="no aggregate"):
+        machine_load.parse_proc_stat("intr 1\n")
+    assert machine_load.read_cpu_times(tmp_path / "missing") is None
+    assert "steal 11.1%" in str(state) and "load 3.50" in str(state)
+
+
+def test_protocol_record_round_trip_and_differences(tmp_path):
+    protocol = Protocol()
+    record = new_record(protocol)
+    assert read_record(tmp_path) is None
+    write_record(tmp_path, {**record, "canary_ms": 0.4})
+    assert read_record(tmp_path)["canary_ms"] == 0.4
+    assert differences(read_record(tmp_path), protocol) == []
+    assert differences(LEGACY, protocol) == ["statistic 'median', not 'p10'", "drift correction 'none', not 'canary'"]
+    assert differences(LEGACY, Protocol(statistic="median", drift="none")) == []
+    (tmp_path / "protocol.json").write_text('{"statistic": "p10", "drift": "canary", "canary_ms": -1}')
+    with pytest.raises(ValueError, match="canary_ms"):
+        read_record(tmp_path)
+
+
+def test_the_canary_is_fixed_and_leaves_the_global_rng_alone():
+    state = torch.random.get_rng_state()
+    a, b = canary_network(), canary_network()
+    assert torch.equal(torch.random.get_rng_state(), state)
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
+    assert a(torch.zeros(CANARY_INPUT_SHAPE)).shape == (1, 10)
+
+
+def test_measure_networks_on_a_real_backend_in_a_few_seconds():
+    backend = get_backend("torch-cpu")
+    items = [("conv", lambda: torch.nn.Conv2d(3, 8, 3), (1, 3, 16, 16)),
+             ("linear", lambda: torch.nn.Linear(16, 4), (1, 16))]
+    done = []
+    session = measure_networks(backend, items, Protocol(rounds=2, warmup=1, repeats=2, canary_repeats=2),
+                               on_measured=lambda key, m: done.append(key), progress=False, warn=False)
+    assert done == ["conv", "linear"] and session.failures == {}
+    for measured in session.measured.values():
+        assert measured.time_ms > 0 and len(measured.runs_ms) == 4 and len(measured.factors) == 2
+    assert session.session.reference_ms > 0 and "machine while measuring" in session.report()
