@@ -59,8 +59,9 @@ _STATISTICAL_HINT = ("; a fit keeps the statistical set only when its model pref
 
 
 class EstimateError(ValueError):
-    """A profile entry gave a kernel a NaN, infinite or negative time: the message names
-    the kernel, the profile entry and its file."""
+    """An estimate would not be a number of milliseconds: a profile entry gave a kernel a
+    NaN, negative or implausible time (above :data:`MAX_KERNEL_S`), or a measured kernel
+    or the overhead is invalid; the message names the kernel, the profile entry and its file."""
 
 
 class UnknownKindWarning(UserWarning):

@@ -329,7 +329,7 @@ def read_fingerprint(folder: str | os.PathLike) -> dict[str, Any]:
         if not isinstance(data, dict):
             raise DataError(f"store fingerprint {path}: expected a JSON object, got {data!r}")
         safe_name(data.get("backend"), f"store fingerprint {path}: field 'backend'")
-        integer(data.get("threads"), f"store fingerprint {path}: field 'threads'", 1)
+        data["threads"] = integer(data.get("threads"), f"store fingerprint {path}: field 'threads'", 1)
         for name in ("precision", "runtime_version"):
             text(data.get(name), f"store fingerprint {path}: field {name!r}")
     except DataError as error:

@@ -53,6 +53,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..calibration.store import StoreError
 from ..estimator import Estimator
 from ..kinds import FEATURES, PRODUCT_KINDS
 from ..layer_models import LayerModel, RefinedRoofline
@@ -60,7 +61,6 @@ from ..mapping import FusionRule
 from ..profiles import Profile
 from ..profiles.profile import Range
 from ..training.optimizers import fit_optimizer_steps
-from ..calibration.store import StoreError
 from ..validation import number, read_text, safe_name
 from .fused import costly_members, fit_fused_costs, is_plain
 from .kinds import KindFit, fit_kind, learner_errors, mape
@@ -72,13 +72,13 @@ from .table import StoreData, held_out, kernel_table, load_store, runtime_kernel
 from .weights import fit_weight_bandwidth
 
 MODEL_TYPES = ("roofline", "refined_roofline", "statistical", "mixed")
+PREFERENCE = ("mixed", "statistical", "refined_roofline", "roofline")
 #: below this many ok benchmarks a fit warns (:class:`FewBenchmarksWarning`)
 FEW_BENCHMARKS = 50
 
 
 class FewBenchmarksWarning(UserWarning):
     """A profile is fitted on fewer than :data:`FEW_BENCHMARKS` benchmarks, or none is held out to score it."""
-PREFERENCE = ("mixed", "statistical", "refined_roofline", "roofline")
 
 
 @dataclass
