@@ -24,7 +24,6 @@ runs the same cases and requires every one to be handled well.
 from __future__ import annotations
 
 import contextlib
-import gzip
 import io
 import json
 import math
@@ -43,7 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from annette_torch import Estimator, EstimateError, ModelStateWarning, trace  # noqa: E402
+from annette_torch import Estimator, ModelStateWarning, trace  # noqa: E402
 from annette_torch.layer_models.regressors import REGRESSION_INPUTS  # noqa: E402
 
 #: exceptions that are a bug whatever they say: library internals, not an answer
