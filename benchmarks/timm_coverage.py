@@ -194,6 +194,27 @@ class Runner:
             self.process = None
 
 
+def run_all(runner: Runner, specs, show) -> list[dict]:
+    """``runner``'s row for each of ``specs`` in order, each passed to ``show`` as it comes;
+    the runner is stopped at the end, also on an interruption."""
+    rows = []
+    try:
+        for spec in specs:
+            rows.append(runner.run(spec))
+            show(rows[-1])
+    finally:
+        runner.stop()
+    return rows
+
+
+def write_csv(path: str, rows: list[dict], columns: tuple[str, ...]) -> None:
+    """``rows`` as a CSV file with a header of ``columns``."""
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
 def _print_row(row: dict, widths: dict[str, int]) -> None:
     cells = [str(row[c])[:widths[c]].ljust(widths[c]) for c in COLUMNS[:-1]]
     print(" ".join(cells), row["error"], flush=True)
@@ -210,19 +231,9 @@ def main(argv: list[str] | None = None) -> int:
               "unknown_ops": 40, "trace_s": 7, "ops_vs_fc": 9}
     print(" ".join(c.ljust(widths[c]) for c in COLUMNS[:-1]), "error", flush=True)
     runner = Runner(args.timeout)
-    rows = []
-    try:
-        for name in args.models:
-            rows.append(runner.run(name))
-            _print_row(rows[-1], widths)
-    finally:
-        runner.stop()
-
+    rows = run_all(runner, args.models, lambda row: _print_row(row, widths))
     if args.csv:
-        with open(args.csv, "w", newline="") as handle:
-            writer = csv.DictWriter(handle, fieldnames=COLUMNS)
-            writer.writeheader()
-            writer.writerows(rows)
+        write_csv(args.csv, rows, COLUMNS)
 
     clean = [r for r in rows if not r["error"] and r["unknown"] == 0]
     print(f"\n{len(clean)}/{len(rows)} models ({100 * len(clean) / max(len(rows), 1):.0f}%) "

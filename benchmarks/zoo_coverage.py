@@ -19,12 +19,11 @@ from __future__ import annotations
 
 import argparse
 import collections
-import csv
 import sys
 import time
 import warnings
 
-from timm_coverage import Runner
+from timm_coverage import Runner, run_all, write_csv
 
 #: HuggingFace configurations (``hf:`` specs): encoders, decoders, encoder-decoders, vision
 HF_MODELS: tuple[str, ...] = (
@@ -112,19 +111,10 @@ def main(argv: list[str] | None = None) -> int:
               "default_share": 13, "seconds": 7}
     print(" ".join(c.ljust(w) for c, w in widths.items()), "error", flush=True)
     runner = Runner(args.timeout, worker=_worker, failed=_failed)
-    rows = []
-    try:
-        for spec in specs:
-            rows.append(runner.run(spec))
-            row = rows[-1]
-            print(" ".join(str(row[c])[:w].ljust(w) for c, w in widths.items()), row["error"], flush=True)
-    finally:
-        runner.stop()
+    rows = run_all(runner, specs, lambda row: print(" ".join(str(row[c])[:w].ljust(w) for c, w in widths.items()),
+                                                    row["error"], flush=True))
     if args.csv:
-        with open(args.csv, "w", newline="") as handle:
-            writer = csv.DictWriter(handle, fieldnames=COLUMNS)
-            writer.writeheader()
-            writer.writerows(rows)
+        write_csv(args.csv, rows, COLUMNS)
 
     failed = [r for r in rows if r["error"]]
     traced = [r for r in rows if not r["error"]]
