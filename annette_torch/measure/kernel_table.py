@@ -61,14 +61,17 @@ def kernel_signatures(table: Any) -> list[str]:
 def _table_under(root: Path, fingerprint: dict[str, Any]) -> Path:
     """The one table folder directly under ``root`` measured with ``fingerprint``'s backend,
     threads and precision (``root`` itself when there is none, so the caller's error names it)."""
+    from ..calibration.store import store_folders
+    from ..validation import read_json
+
     matches = []
-    for candidate in sorted(root.glob("*/fingerprint.json")):
+    for candidate in store_folders(root):
         try:
-            recorded = json.loads(candidate.read_text())
+            recorded = read_json(candidate / "fingerprint.json", "measured-kernels fingerprint")
         except ValueError:
             continue
         if isinstance(recorded, dict) and all(recorded.get(k) == fingerprint.get(k) for k in MATCHING):
-            matches.append(candidate.parent)
+            matches.append(candidate)
     if len(matches) > 1:
         raise KernelTableError(f"{root} holds several tables for {', '.join(f'{k}={fingerprint.get(k)}' for k in MATCHING)}: "
                                f"{', '.join(m.name for m in matches)}; pass one of them")

@@ -99,6 +99,17 @@ class ProfileError(DataError):
     """A profile is missing, unreadable, of another version, or has an invalid field."""
 
 
+
+def _optional_field(data: dict, name: str, build, source: str):
+    """``build(data[name])``, or None when the field is absent or null; a ``ValueError``
+    from ``build`` becomes a :class:`ProfileError` naming the profile."""
+    if data.get(name) is None:
+        return None
+    try:
+        return build(data[name])
+    except ValueError as error:
+        raise ProfileError(f"profile {source}: field {error}") from None
+
 @dataclass
 class Profile:
     """A target's mapping rules, per-kind layer models and per-inference overhead."""
@@ -270,18 +281,9 @@ class Profile:
         training = data.get("training")
         if training is not None:
             _check_training(training, fail)
-        counting = None
-        if data.get("counting") is not None:
-            try:
-                counting = Counting.from_dict(data["counting"])
-            except ValueError as error:
-                raise ProfileError(f"profile {source}: field {error}") from None
-        adaptation = None
-        if data.get("adaptation") is not None:
-            try:
-                adaptation = Adaptation.from_dict(data["adaptation"])
-            except ValueError as error:
-                raise ProfileError(f"profile {source}: field {error}") from None
+        counting, adaptation = (_optional_field(data, name, build, source)
+                                for name, build in (("counting", Counting.from_dict),
+                                                    ("adaptation", Adaptation.from_dict)))
         for name, kind in (("description", str), ("fit_metrics", dict), ("notes", list)):
             if data.get(name) is not None and not isinstance(data[name], kind):
                 raise fail(name, f"expected {'a string' if kind is str else 'an object' if kind is dict else 'a list'}, "
