@@ -25,6 +25,7 @@ from torch import nn
 
 from ..graph.errors import first_line
 from ..machine import cpu_id
+from ..machine.cpu import proc_cpuinfo
 
 BACKENDS: dict[str, type[Backend]] = {}
 
@@ -84,11 +85,7 @@ class Latency:
 
 def cpu_model() -> str:
     """The CPU's model name from /proc/cpuinfo, else what ``platform`` knows."""
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine()
+    return proc_cpuinfo().get("model name") or platform.processor() or platform.machine()
 
 
 def random_input(input_shape: Sequence[int]) -> np.ndarray:

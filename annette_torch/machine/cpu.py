@@ -37,7 +37,7 @@ CPU_ID_FIELDS = ("vendor", "family", "model", "stepping", "microarchitecture", "
 _CACHE_ROOT = Path("/sys/devices/system/cpu/cpu0/cache")
 
 
-def _proc_cpuinfo() -> dict[str, str]:
+def proc_cpuinfo() -> dict[str, str]:
     """The first processor's ``key: value`` lines of /proc/cpuinfo (empty elsewhere)."""
     fields: dict[str, str] = {}
     with contextlib.suppress(OSError):
@@ -76,7 +76,7 @@ def _detect() -> dict[str, Any]:
     import archspec.cpu
 
     host = archspec.cpu.host()
-    info = _proc_cpuinfo()
+    info = proc_cpuinfo()
     features = set(host.features) | set(info.get("flags", "").split())
     return {"vendor": host.vendor if host.vendor != "generic" else info.get("vendor_id"),
             "family": _int(info.get("cpu family")), "model": _int(info.get("model")),
