@@ -282,7 +282,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     summary = run_campaign(args.backend, args.sweep, args.out, threads=args.threads, precision=args.precision,
                            minutes=args.minutes, timeout_s=args.timeout, warmup=args.warmup, repeats=args.repeats,
                            backend_options=options, retry_failed=args.retry_failed, rounds=args.rounds,
-                           statistic=args.statistic, drift=None if args.drift == "auto" else args.drift)
+                           statistic=args.statistic, drift=args.drift)
     print(summary)
     if summary.machine is not None:
         for warning in summary.machine.warnings:

@@ -3,12 +3,12 @@ latency measured on this machine (a benchmark: prints tables, asserts nothing).
 
     python benchmarks/accuracy.py --backend openvino-cpu --threads 1 [--precision bf16] --profile PROFILE \
         [--sets zoo,nb201] [--models a,b] [--nb201 50] [--rounds 3 --warmup 5 --repeats 10] \
-        [--statistic p10] [--drift canary] [--remeasure] [--plot FILE.png] [--json FILE]
+        [--statistic p10] [--drift none] [--remeasure] [--plot FILE.png] [--json FILE]
 
 Sets: ``zoo`` (22 torchvision models, batch 1, default resolution) and ``nb201``
 (NAS-Bench-201 cells sampled with seed 201, input 1x3x32x32). Networks are measured
 with the measuring protocol (:mod:`annette_torch.measure.protocol`: interleaved rounds,
-drift correction against a canary, the statistic of the pooled runs; the same as
+optionally a drift correction against a canary, the statistic of the pooled runs; the same as
 calibration's). Measurements are kept in
 ``benchmarks/results/<fingerprint folder>/measured.csv`` (one row appended per network, a
 rerun skips measured networks unless ``--remeasure``; the newest row of a network wins)

@@ -3,7 +3,7 @@ minutes apart, with the measuring protocol (a benchmark: prints tables, asserts 
 
     python benchmarks/reproducibility.py --backend openvino-cpu --threads 1 [--precision bf16] \\
         [--sets zoo,nb201] [--models a,b] [--nb201 50] [--gap-minutes 0] \\
-        [--rounds 3 --warmup 5 --repeats 10] [--statistic p10] [--drift auto] [--json FILE]
+        [--rounds 3 --warmup 5 --repeats 10] [--statistic p10] [--drift none] [--json FILE]
 
 Two passes over the networks of ``benchmarks/accuracy.py`` (same sets, same seed), each
 a session of the measuring protocol (:mod:`annette_torch.measure.protocol`), the second

@@ -457,7 +457,8 @@ def test_onnx_scope_recovers_nested_module_paths():
 
 def test_a_campaign_records_its_protocol_and_pools_its_rounds(tmp_path):
     sweep = write_sweep(tmp_path, "linear,3,,,,16..64,8..32,,,,,\n", name="pooled")
-    summary = run_campaign("torch-cpu", sweep, tmp_path / "store", warmup=1, repeats=3, rounds=2, progress=False)
+    summary = run_campaign("torch-cpu", sweep, tmp_path / "store", warmup=1, repeats=3, rounds=2, drift="canary",
+                           progress=False)
     assert summary.measured == 3 and summary.machine is not None and "steal" in str(summary.machine)
     record = json.loads((Path(summary.store) / "protocol.json").read_text())
     assert (record["statistic"], record["drift"], record["canary"]) == ("p10", "canary", "canary-v1")
@@ -466,7 +467,7 @@ def test_a_campaign_records_its_protocol_and_pools_its_rounds(tmp_path):
     assert (networks["repeats"] == 6).all()                           # 2 rounds x 3 runs, pooled
     assert (layers.loc[layers["status"] == "executed", "time_ms"] > 0).all()
     with pytest.raises(StoreError, match="continue it with --statistic p10 --drift canary"):
-        run_campaign("torch-cpu", sweep, tmp_path / "store", statistic="median", progress=False)
+        run_campaign("torch-cpu", sweep, tmp_path / "store", statistic="median", drift="canary", progress=False)
 
 
 def test_a_store_measured_before_the_protocol_is_continued_only_with_its_statistic(tmp_path):

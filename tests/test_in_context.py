@@ -69,7 +69,8 @@ def _rows(folder):
 def test_for_measures_each_distinct_kernel_once_and_the_estimate_uses_them(models, tmp_path, capsys):
     out = tmp_path / "measured"
     specs = [f"{models}:two_blocks", f"{models}:one_block"]
-    assert cli_main(["calibrate", "--backend", "onnxruntime-cpu", "--for", *specs, "--out", str(out), *QUICK]) == 0
+    assert cli_main(["calibrate", "--backend", "onnxruntime-cpu", "--for", *specs, "--out", str(out), *QUICK,
+                     "--drift", "canary"]) == 0
     printed = capsys.readouterr().out
     assert "models:two_blocks: measured" in printed and "estimate" in printed
     assert "models:one_block: not measured, its kernels are in the table or in a network measured before it" in printed
@@ -91,7 +92,7 @@ def test_for_measures_each_distinct_kernel_once_and_the_estimate_uses_them(model
     assert rows.set_index("kind").loc["conv", "occurrences"].max() == 2     # the two blocks' convs: one kernel
 
     before = (folder / KERNELS_FILE).read_bytes()
-    again = calibrate_for(specs, "onnxruntime-cpu", out, protocol=Protocol(rounds=1, warmup=1, repeats=2),
+    again = calibrate_for(specs, "onnxruntime-cpu", out, protocol=Protocol(rounds=1, warmup=1, repeats=2, drift="canary"),
                           input_shape=SHAPE, progress=False)
     assert again.results == [] and again.skipped == ["models:two_blocks", "models:one_block"]
     assert (folder / KERNELS_FILE).read_bytes() == before            # nothing measured or written twice
@@ -126,7 +127,8 @@ def test_a_table_of_another_device_or_a_bad_row_is_refused(models, tmp_path):
     with pytest.raises(KernelTableError, match="profile 'onnxruntime-cpu' describes another device"):
         Estimator("onnxruntime-cpu", measured=summary.folder)
     with pytest.raises(StoreError, match="continue it with --statistic p10 --drift none"):
-        calibrate_for([f"{models}:two_blocks"], "torch-cpu", out, protocol=Protocol(rounds=1), input_shape=SHAPE,
+        calibrate_for([f"{models}:two_blocks"], "torch-cpu", out, protocol=Protocol(rounds=1, drift="canary"),
+                      input_shape=SHAPE,
                       progress=False)
     path = summary.folder / KERNELS_FILE
     text = path.read_text().splitlines()

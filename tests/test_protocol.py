@@ -7,7 +7,7 @@ import torch
 
 from annette_torch.backends import get_backend
 from annette_torch.measure import machine_load
-from annette_torch.measure.canary import CANARY_INPUT_SHAPE, canary_network
+from annette_torch.measure.canary import CANARY_INPUT_SHAPE, canary_network, check_drift
 from annette_torch.measure.networks import measure_networks
 from annette_torch.measure.protocol import (REFERENCE_ROUNDS, ItemFailed, Protocol, combine, interleave,
                                             statistic_ms)
@@ -30,7 +30,7 @@ def test_statistics_on_hand_numbers():
 
 def test_rounds_are_interleaved_with_a_canary_before_each_item_and_after_the_last():
     calls, finished = [], []
-    protocol = Protocol(rounds=2, statistic="median")
+    protocol = Protocol(rounds=2, statistic="median", drift="canary")
 
     def canary():
         calls.append("canary")
@@ -123,7 +123,7 @@ def _relative_errors(measured, corrected):
 def test_the_canary_recovers_a_known_synthetic_drift():
     # the machine warms up and slows down by 3 % a second (50 % over the session), in +-10 % waves
     drift = lambda t: (1 + 0.03 * t) * (1 + 0.1 * math.sin(t))  # noqa: E731
-    protocol = Protocol(rounds=3, repeats=10, statistic="p10")
+    protocol = Protocol(rounds=3, repeats=10, statistic="p10", drift="canary")
     session, measured = _session(SyntheticMachine(drift), protocol)
     raw, corrected = _relative_errors(measured, False), _relative_errors(measured, True)
     assert raw.max() > 0.1                           # uncorrected, the drift shows through
@@ -135,7 +135,7 @@ def test_the_canary_recovers_a_known_synthetic_drift():
 
 
 def test_the_recorded_reference_makes_two_sessions_agree_on_a_machine_that_slowed_down():
-    protocol = Protocol(rounds=3, repeats=10)
+    protocol = Protocol(rounds=3, repeats=10, drift="canary")
     first, quiet = _session(SyntheticMachine(lambda t: 1.0, seed=1), protocol)
     _, busy = _session(SyntheticMachine(lambda t: 1.3, seed=2), protocol, reference_ms=first.reference_ms)
     for key in TRUE_MS:
@@ -144,7 +144,7 @@ def test_the_recorded_reference_makes_two_sessions_agree_on_a_machine_that_slowe
 
 
 def test_without_drift_the_canary_costs_little_noise():
-    protocol = Protocol(rounds=3, repeats=10)
+    protocol = Protocol(rounds=3, repeats=10, drift="canary")
     _, measured = _session(SyntheticMachine(lambda t: 1.0, noise=0.01, seed=3), protocol)
     assert _relative_errors(measured, True).max() < 0.01
 
@@ -188,8 +188,10 @@ def test_protocol_record_round_trip_and_differences(tmp_path):
     write_record(tmp_path, {**record, "canary_ms": 0.4})
     assert read_record(tmp_path)["canary_ms"] == 0.4
     assert differences(read_record(tmp_path), protocol) == []
-    assert differences(LEGACY, protocol) == ["statistic 'median', not 'p10'", "drift correction 'none', not 'canary'"]
-    assert differences(LEGACY, Protocol(statistic="median", drift="none")) == []
+    assert differences(LEGACY, protocol) == ["statistic 'median', not 'p10'"]
+    assert differences(LEGACY, Protocol(drift="canary")) == ["statistic 'median', not 'p10'",
+                                                             "drift correction 'none', not 'canary'"]
+    assert differences(LEGACY, Protocol(statistic="median")) == []
     (tmp_path / "protocol.json").write_text('{"statistic": "p10", "drift": "canary", "canary_ms": -1}')
     with pytest.raises(ValueError, match="canary_ms"):
         read_record(tmp_path)
@@ -208,9 +210,20 @@ def test_measure_networks_on_a_real_backend_in_a_few_seconds():
     items = [("conv", lambda: torch.nn.Conv2d(3, 8, 3), (1, 3, 16, 16)),
              ("linear", lambda: torch.nn.Linear(16, 4), (1, 16))]
     done = []
-    session = measure_networks(backend, items, Protocol(rounds=2, warmup=1, repeats=2, canary_repeats=2),
+    session = measure_networks(backend, items, Protocol(rounds=2, warmup=1, repeats=2, canary_repeats=2, drift="canary"),
                                on_measured=lambda key, m: done.append(key), progress=False, warn=False)
     assert done == ["conv", "linear"] and session.failures == {}
     for measured in session.measured.values():
         assert measured.time_ms > 0 and len(measured.runs_ms) == 4 and len(measured.factors) == 2
     assert session.session.reference_ms > 0 and "machine while measuring" in session.report()
+
+
+def test_the_canary_correction_is_refused_where_the_canary_would_be_deployed_anew():
+    from annette_torch.backends.zcu102 import Zcu102
+
+    check_drift(get_backend("torch-cpu"), "canary")               # in-process: the canary is cheap
+    board = Zcu102.__new__(Zcu102)                 # no board needed to ask
+    check_drift(board, "none")
+    with pytest.raises(ValueError, match="use --drift none"):
+        check_drift(board, "canary")
+    assert Protocol().drift == "none"                             # the default (docs/accuracy.md)

@@ -43,7 +43,7 @@ from tqdm import tqdm
 
 from ..backends import Latency, Profiled, get_backend
 from ..graph.errors import first_line
-from ..measure.canary import canary_timer, default_drift
+from ..measure.canary import canary_timer, check_drift
 from ..measure.machine_load import MachineState, between, read_cpu_times
 from ..measure.protocol import (DEFAULT_STATISTIC, REFERENCE_ROUNDS, ItemFailed, Protocol, interleave, spread_of,
                                 statistic_ms)
@@ -333,10 +333,10 @@ def run_campaign(backend_name: str, sweep: str | Sequence[BenchmarkSpec], out: s
                  threads: int = 1, precision: str | None = None, minutes: float | None = None,
                  timeout_s: float | None = None, warmup: int = 5, repeats: int = REPEATS, progress: bool = True,
                  backend_options: dict[str, Any] | None = None, retry_failed: bool = False, rounds: int = ROUNDS,
-                 statistic: str = DEFAULT_STATISTIC, drift: str | None = None) -> CampaignSummary:
+                 statistic: str = DEFAULT_STATISTIC, drift: str = "none") -> CampaignSummary:
     """Measure the benchmarks of ``sweep`` (a sweep name, a CSV path, or specs) that the
     store under ``out`` lacks (see module doc) with the protocol of ``rounds``,
-    ``warmup``, ``repeats``, ``statistic`` and ``drift`` (default :func:`default_drift`).
+    ``warmup``, ``repeats``, ``statistic`` and ``drift`` (see :class:`~..measure.protocol.Protocol`).
     ``precision`` and ``timeout_s`` default to the backend's own
     (:attr:`Backend.precisions`, :attr:`Backend.benchmark_timeout_s`, per round).
     ``backend_options`` go to the backend's constructor besides threads and precision
@@ -345,8 +345,8 @@ def run_campaign(backend_name: str, sweep: str | Sequence[BenchmarkSpec], out: s
     the failure. Options are checked first (:func:`check_options`)."""
     check_options(threads, minutes, timeout_s)
     backend = get_backend(backend_name, threads=threads, precision=precision, **(backend_options or {}))
-    protocol = Protocol(rounds=rounds, warmup=warmup, repeats=repeats, statistic=statistic,
-                        drift=drift or default_drift(backend))
+    check_drift(backend, drift)
+    protocol = Protocol(rounds=rounds, warmup=warmup, repeats=repeats, statistic=statistic, drift=drift)
     options = {"threads": threads, "precision": backend.precision, **(backend_options or {})}
     timeout_s = backend.benchmark_timeout_s if timeout_s is None else timeout_s
     specs = _specs(sweep)

@@ -288,7 +288,9 @@ def calibrate_for(specs: Sequence[str], backend_name: str, out: str | os.PathLik
         with protocol_canary(backend, protocol) as canary:
             before, runs = check_machine(canary, backend.threads)
             summary.machine = str(before)
-            if runs and record.get("canary_ms") is None:
+            if protocol.drift != "canary":
+                canary = None
+            elif runs and record.get("canary_ms") is None:
                 record["canary_ms"] = statistic_ms(runs, protocol.statistic)
                 write_record(folder, record)
             with tqdm(total=len(todo) * protocol.rounds, desc=f"profile on {backend_name}", unit="run",

@@ -50,10 +50,17 @@ def canary_timer(backend, warmup: int, repeats: int) -> Iterator[Callable[[], Se
         yield lambda: timed(CALL_WARMUP, repeats).runs_ms
 
 
-def default_drift(backend) -> str:
-    """"canary" for a backend that times a compiled model again cheaply (it overrides
-    :meth:`~annette_torch.backends.Backend.prepared`), "none" for one that would compile
-    and deploy the canary anew each time (the boards)."""
+def can_time_canary(backend) -> bool:
+    """Whether ``backend`` times a compiled model again cheaply (it overrides
+    :meth:`~annette_torch.backends.Backend.prepared`), so that the canary can be timed
+    between networks; the boards would compile and deploy it anew each time."""
     from ..backends.base import Backend
 
-    return "canary" if type(backend).prepared is not Backend.prepared else "none"
+    return type(backend).prepared is not Backend.prepared
+
+
+def check_drift(backend, drift: str) -> None:
+    """``ValueError`` when ``drift`` is "canary" and ``backend`` cannot time the canary cheaply."""
+    if drift == "canary" and not can_time_canary(backend):
+        raise ValueError(f"drift correction against the canary needs a runtime that times a compiled model again "
+                         f"cheaply; {backend.name} compiles and deploys every network anew: use --drift none")

@@ -21,7 +21,7 @@ from tqdm import tqdm
 from torch import nn
 
 from ..backends.base import BackendError
-from .canary import canary_timer
+from .canary import can_time_canary, canary_timer
 from .machine_load import MachineState, between, machine_state, read_cpu_times
 from .protocol import REFERENCE_ROUNDS, ItemFailed, Measured, Protocol, Session, combine, spread_of, statistic_ms, \
     interleave
@@ -53,8 +53,9 @@ class NetworkSession:
 
 @contextlib.contextmanager
 def protocol_canary(backend, protocol: Protocol) -> Iterator[Callable[[], Sequence[float]] | None]:
-    """The canary timer of ``backend`` for ``protocol`` (None without drift correction)."""
-    if protocol.drift != "canary":
+    """The canary timer of ``backend`` for ``protocol`` (None where the backend cannot time
+    it cheaply): the machine check's noise, and with ``drift="canary"`` the correction."""
+    if not can_time_canary(backend):
         yield None
         return
     with canary_timer(backend, protocol.warmup, protocol.canary_repeats) as canary:
@@ -107,7 +108,9 @@ def measure_networks(backend, items: Sequence[Item], protocol: Protocol = Protoc
     measured: dict[Hashable, Measured] = {}
     with protocol_canary(backend, protocol) as canary:
         before, runs = check_machine(canary, backend.threads, warn)
-        if runs and reference_ms is None:
+        if protocol.drift != "canary":
+            canary = None
+        elif runs and reference_ms is None:
             reference_ms = statistic_ms(runs, protocol.statistic)
         if on_start is not None:
             on_start(reference_ms if canary is not None else None)
