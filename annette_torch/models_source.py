@@ -13,6 +13,9 @@ Specs (every model is built with random weights in eval mode; nothing is downloa
   it), a model class with its default configuration (``hf:GPT2LMHeadModel``), or a local
   ``config.json`` or folder holding one (``hf:path/to/config.json``: the class its
   ``architectures`` names, else the base model).
+- ``nb201:ARCH``: the NAS-Bench-201 CIFAR network of a cell arch string
+  (``'nb201:|nor_conv_3x3~0|+|none~0|skip_connect~1|+|nor_conv_1x1~0|none~1|avg_pool_3x3~2|'``;
+  quote it in a shell), input 1 x 3 x 32 x 32 (:mod:`annette_torch.nas.nasbench201`).
 - ``path/to/file.py:function``: ``function()`` returns an ``nn.Module``.
 - ``model.onnx``.
 
@@ -185,6 +188,16 @@ def _huggingface(name: str, device: str) -> ResolvedModel:
     return ResolvedModel(label, model, input_names=(main,))
 
 
+def _nasbench201(arch: str) -> ResolvedModel:
+    from .nas.nasbench201 import NB201Network
+
+    try:
+        module = NB201Network(arch).eval()
+    except ValueError as error:
+        raise ModelSpecError(f"nb201:{arch}: {error}") from None
+    return ResolvedModel(f"nb201:{module.arch}", module, input_shapes=((1, 3, 32, 32),))
+
+
 def _hf_config_file(path: Path, transformers: Any) -> tuple[Any, type | None]:
     """The configuration a local config.json (or a folder holding one) describes, and the
     model class its ``architectures`` names (None: the base model)."""
@@ -252,17 +265,19 @@ def resolve_model(spec: str, input_shape: Shape | Sequence[Shape] | None = None,
         return ResolvedModel(Path(spec).name, None, graph, input_shapes=graph.input_shapes)
     source, sep, name = spec.partition(":")
     if not sep or not name:
-        raise ModelSpecError(f"model spec {spec!r} must be torchvision:NAME, timm:NAME, hf:NAME, file.py:function "
-                             f"or file.onnx")
+        raise ModelSpecError(f"model spec {spec!r} must be torchvision:NAME, timm:NAME, hf:NAME, nb201:ARCH, "
+                             f"file.py:function or file.onnx")
     if source == "torchvision":
         return _torchvision(name, device)
     if source == "timm":
         return _timm(name, device)
     if source == "hf":
         return _huggingface(name, device)
+    if source == "nb201":
+        return _nasbench201(name)
     if source.endswith(".py"):
         return _python_file(source, name)
-    raise ModelSpecError(f"unknown model source {source!r} in {spec!r} (torchvision, timm, hf, a .py file, "
+    raise ModelSpecError(f"unknown model source {source!r} in {spec!r} (torchvision, timm, hf, nb201, a .py file, "
                          f"or a .onnx file)")
 
 

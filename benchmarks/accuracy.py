@@ -3,10 +3,11 @@ latency measured on this machine (a benchmark: prints tables, asserts nothing).
 
     python benchmarks/accuracy.py --backend openvino-cpu --threads 1 [--precision bf16] --profile PROFILE \
         [--sets zoo,nb201] [--models a,b] [--nb201 50] [--rounds 3 --warmup 5 --repeats 10] \
-        [--statistic p10] [--drift none] [--remeasure] [--plot FILE.png] [--json FILE]
+        [--statistic p10] [--drift none] [--remeasure] [--measured DIR] [--plot FILE.png] [--json FILE]
 
-Sets: ``zoo`` (22 torchvision models, batch 1, default resolution) and ``nb201``
-(NAS-Bench-201 cells sampled with seed 201, input 1x3x32x32). Networks are measured
+Sets: ``zoo`` (22 torchvision models, batch 1, default resolution), ``timm`` (61 timm
+models chosen by a rule, :data:`TIMM`: CNNs, vision transformers, hybrids; not in the
+default sets) and ``nb201`` (NAS-Bench-201 cells sampled with seed 201, input 1x3x32x32). Networks are measured
 with the measuring protocol (:mod:`annette_torch.measure.protocol`: interleaved rounds,
 optionally a drift correction against a canary, the statistic of the pooled runs; the same as
 calibration's). Measurements are kept in
@@ -63,6 +64,25 @@ ZOO = ("resnet18", "resnet50", "resnext50_32x4d", "wide_resnet50_2", "densenet12
        "googlenet", "inception_v3", "mobilenet_v2", "mobilenet_v3_small", "mobilenet_v3_large",
        "shufflenet_v2_x1_0", "mnasnet1_0", "efficientnet_b0", "regnet_x_400mf", "regnet_y_400mf",
        "convnext_tiny", "vgg11", "alexnet", "vit_b_16", "swin_t", "resnet34")
+#: every model of ``benchmarks/timm_coverage.py``'s list (the smallest variant of each timm
+#: family) of at most 1.5 GMACs at its default input, as ``torch.utils.flop_counter`` counts
+#: them (timm 1.0.31, 2026-12-01): a sample chosen by rule, not by how well it is estimated
+TIMM = (
+    "dla60x_c", "regnetx_002", "regnety_002", "regnetz_b16", "cspnext_tiny", "ese_vovnet19b_dw",
+    "hgnetv2_b0", "gernet_s", "mobileone_s0", "efficientnet_b0", "tf_efficientnetv2_b0",
+    "mobilenetv2_050", "mobilenetv3_small_050", "mobilenetv4_conv_small", "mnasnet_small", "fbnetc_100",
+    "spnasnet_100", "mixnet_s", "ghostnet_050", "ghostnetv2_100", "repghostnet_050", "rexnet_100",
+    "rexnetr_100", "hardcorenas_a", "lcnet_050", "tinynet_e", "fasternet_t0", "starnet_s050",
+    "repvit_m0_9", "lcnetv2_small", "cpubone_nano", "convnext_atto", "convnextv2_atto",
+    "mambaout_femto", "vit_tiny_patch16_224", "deit_tiny_patch16_224",
+    "deit_tiny_distilled_patch16_224", "xcit_nano_12_p16_224", "convit_tiny", "pit_ti_224",
+    "visformer_tiny", "vit_tiny_r_s16_p8_224", "pvt_v2_b0", "tiny_vit_5m_224", "iformer_s",
+    "levit_128s", "levit_conv_128s", "efficientformer_l1", "efficientformerv2_s0", "edgenext_xx_small",
+    "mobilevit_xxs", "mobilevitv2_050", "fastvit_t8", "efficientvit_b0", "efficientvit_m0", "shvit_s1",
+    "csatv2", "swiftformer_xs", "lowformer_b0", "efficientvim_m1", "gmlp_ti16_224",
+)
+#: the timm models whose default input is not 224 x 224 (their pretrained configuration)
+TIMM_INPUT_SIZE = {'tf_efficientnetv2_b0': 192, 'tinynet_e': 106, 'edgenext_xx_small': 256, 'mobilevit_xxs': 256, 'mobilevitv2_050': 256, 'fastvit_t8': 256, 'csatv2': 512}
 NB201_SEED = 201
 MODEL_TYPES = ("roofline", "refined_roofline", "statistical", "mixed")
 COLUMNS = ("set", "network", "input_shape", "median_ms", "p10_ms", "p90_ms", "spread", "repeats", "measured_at")
@@ -73,18 +93,27 @@ DEFAULT_PROTOCOL = Protocol()
 
 
 def networks(sets: list[str], models: list[str] | None = None, nb201: int = 50) -> list[Network]:
-    """The networks of ``sets`` (``zoo``, ``nb201``), only those named in ``models`` if given."""
+    """The networks of ``sets`` (``zoo``, ``timm``, ``nb201``), only those named in ``models`` if given."""
     found = []
     for name in sets:
         if name == "zoo":
             found += [Network("zoo", m, (1, 3, 299, 299) if m == "inception_v3" else (1, 3, 224, 224),
                               lambda m=m: torchvision_model(m)) for m in ZOO]
+        elif name == "timm":
+            found += [Network("timm", m, (1, 3, TIMM_INPUT_SIZE.get(m, 224), TIMM_INPUT_SIZE.get(m, 224)),
+                              lambda m=m: timm_model(m)) for m in TIMM]
         elif name == "nb201":
             found += [Network("nb201", a, (1, 3, 32, 32), lambda a=a: NB201Network(a).eval())
                       for a in sample_architectures(nb201, seed=NB201_SEED)]
         else:
-            raise SystemExit(f"unknown set {name!r}; sets are zoo, nb201")
+            raise SystemExit(f"unknown set {name!r}; sets are zoo, timm, nb201")
     return [n for n in found if models is None or n.name in models]
+
+
+def timm_model(name: str) -> torch.nn.Module:
+    """timm model ``name`` with random weights, in eval mode."""
+    import timm
+    return timm.create_model(name, pretrained=False).eval()
 
 
 class ResultsError(RuntimeError):
@@ -274,11 +303,14 @@ def metrics(measured_ms, estimated_ms) -> dict[str, float]:
 
 
 def evaluate(profile: str, nets: list[Network], measured: pd.DataFrame,
-             graphs: dict[tuple[str, str], object] | None = None, statistic: str = DEFAULT_PROTOCOL.statistic) -> dict:
+             graphs: dict[tuple[str, str], object] | None = None, statistic: str = DEFAULT_PROTOCOL.statistic,
+             measured_kernels: str | None = None) -> dict:
     """Estimate each measured network of ``nets`` with every variant and score them
     against the ``statistic`` column of ``measured`` (:data:`GROUND_TRUTH`).
 
-    ``graphs`` caches traced graphs by (set, name) across calls. Returns ``variants``,
+    ``graphs`` caches traced graphs by (set, name) across calls. ``measured_kernels``: a
+    table of kernels measured in context (``calibrate --for``) every estimator consults
+    first (``Estimator(measured=...)``). Returns ``variants``,
     ``sets`` (metrics per set and variant), ``rows`` (per network: measured, spread, ops,
     one estimate per variant), ``notes``, ``unknown`` (network -> unknown-kind warnings)
     and ``failures`` (networks that failed to trace)."""
@@ -287,7 +319,8 @@ def evaluate(profile: str, nets: list[Network], measured: pd.DataFrame,
     truth = GROUND_TRUTH[statistic]
     types = load_profile(profile).model_types()
     notes = [f"profile {profile!r} has no {t!r} layer models: skipped" for t in MODEL_TYPES if t not in types]
-    estimators = {f"{t}{'+map' if m else '-map'}": Estimator(profile, model_type=t, use_mapping=m)
+    estimators = {f"{t}{'+map' if m else '-map'}": Estimator(profile, model_type=t, use_mapping=m,
+                                                              measured=measured_kernels)
                   for t in MODEL_TYPES if t in types for m in (True, False)}
     rows, unknown, failures = [], {}, []
     for net in nets:
@@ -402,6 +435,8 @@ def main() -> None:
     parser.add_argument("--models", default=None, help="comma-separated network names to keep")
     parser.add_argument("--nb201", type=int, default=50, help="NAS-Bench-201 cells to sample")
     parser.add_argument("--remeasure", action="store_true")
+    parser.add_argument("--measured", default=None,
+                        help="kernels measured in context (calibrate --for) the estimates consult first")
     add_protocol_arguments(parser, DEFAULT_PROTOCOL, statistics=tuple(GROUND_TRUTH))
     parser.add_argument("--results", default=str(RESULTS_ROOT), help="root of the results folders")
     parser.add_argument("--plot", default=None)
@@ -428,7 +463,7 @@ def main() -> None:
         print(f"measure failed: {failure}")
     if measured.empty:
         raise SystemExit("no measurements to evaluate")
-    summary = evaluate(args.profile, nets, measured, statistic=protocol.statistic)
+    summary = evaluate(args.profile, nets, measured, statistic=protocol.statistic, measured_kernels=args.measured)
     record = folder_record(source.parent)
     sessions = read_sessions(source.parent, record["since"])
     print_report(summary, source, measured, sessions, record)

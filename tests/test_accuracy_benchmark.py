@@ -199,3 +199,15 @@ def test_evaluate_two_tiny_networks_with_every_variant():
     assert list(summary["unknown"]) == ["erfcx"] and "special_erfcx" in summary["unknown"]["erfcx"]
     assert set(graphs) == {("nb201", arch), ("odd", "erfcx")}
     assert accuracy.main_variant(summary["variants"]) == "refined_roofline+map"
+
+
+def test_the_timm_set_is_the_coverage_list_below_the_compute_cap():
+    coverage_spec = importlib.util.spec_from_file_location(
+        "timm_coverage", Path(__file__).parents[1] / "benchmarks" / "timm_coverage.py")
+    coverage = importlib.util.module_from_spec(coverage_spec)
+    coverage_spec.loader.exec_module(coverage)
+    order = [m for m in coverage.MODELS if m in accuracy.TIMM]
+    assert order == list(accuracy.TIMM) and len(set(accuracy.TIMM)) == len(accuracy.TIMM) == 61
+    assert set(accuracy.TIMM_INPUT_SIZE) <= set(accuracy.TIMM)
+    nets = accuracy.networks(["timm"], models=["tinynet_e", "resnet18"])
+    assert [(n.name, n.input_shape) for n in nets] == [("resnet18", (1, 3, 224, 224)), ("tinynet_e", (1, 3, 106, 106))]

@@ -86,6 +86,15 @@ def test_timm_builds_offline_and_refuses_hub_names():
         resolve_model("timm:hf-hub:timm/resnet18.a1_in1k")
 
 
+def test_a_nasbench201_cell_is_a_spec():
+    arch = "|nor_conv_3x3~0|+|none~0|skip_connect~1|+|nor_conv_1x1~0|none~1|avg_pool_3x3~2|"
+    resolved = resolve_model(f"nb201:{arch}")
+    assert resolved.name == f"nb201:{arch}" and resolved.input_shapes == ((1, 3, 32, 32),)
+    assert resolved.module(torch.zeros(1, 3, 32, 32)).shape == (1, 10)
+    with pytest.raises(ModelSpecError, match="nb201:.*unknown op 'conv_5x5'"):
+        resolve_model("nb201:|conv_5x5~0|+|none~0|none~1|+|none~0|none~1|none~2|")
+
+
 def test_bad_specs_name_the_problem():
     with pytest.raises(ModelSpecError, match="torchvision has no model 'resnet19'"):
         resolve_model("torchvision:resnet19")
