@@ -56,6 +56,7 @@ from annette_torch.calibration.store import fingerprint_folder
 from annette_torch.measure import ItemFailed, Measured, Protocol
 from annette_torch.measure.arguments import add_protocol_arguments, protocol_from
 from annette_torch.measure.networks import measure_networks as measure_with_protocol
+from annette_torch.measure.noise import round_to_round
 from annette_torch.measure.record import LEGACY, describe, differences, new_record, read_record, write_record
 from annette_torch.nas.nasbench201 import NB201Network, sample_architectures
 from annette_torch.transfer.references import Network, torchvision_model
@@ -274,11 +275,18 @@ def measure_networks(backend, nets: list[Network], root: str | os.PathLike = RES
 
 
 def _append_session(folder: Path, protocol: Protocol, session) -> None:
-    """One line of ``sessions.jsonl``: when, how, on what machine state, how many networks."""
+    """One line of ``sessions.jsonl``: when, how, on what machine state, how many networks,
+    and per set the mean round-to-round difference of the networks' statistic (the ground
+    truth's own reproducibility, :func:`~annette_torch.measure.noise.round_to_round`)."""
+    by_set: dict[str, list[float]] = {}
+    for (set_name, _), measured in session.measured.items():
+        if len(measured.factors) > 1:
+            by_set.setdefault(set_name, []).append(round_to_round(measured.round_values()))
     line = {"finished_utc": datetime.now(timezone.utc).isoformat(timespec="microseconds"), "protocol": protocol.to_json(),
             "reference_ms": session.session.reference_ms, "before": str(session.before), "during": str(session.during),
             "warnings": session.before.warnings + session.during.warnings, "networks": len(session.measured),
-            "failed": len(session.failures)}
+            "failed": len(session.failures),
+            "round_to_round": {name: float(np.mean(values)) for name, values in by_set.items()}}
     with open(folder / "sessions.jsonl", "a") as handle:
         handle.write(json.dumps(line) + "\n")
         handle.flush()
@@ -369,6 +377,10 @@ def print_report(summary: dict, source: Path, measured: pd.DataFrame, sessions: 
         print(f"session finished {session['finished_utc']}: {session['networks']} networks; before: "
               f"{session['before']}; during: {session['during']}"
               + "".join(f"\n  warning: {w}" for w in session["warnings"]))
+        if session.get("round_to_round"):
+            print(f"  ground truth round to round ({session['protocol']['statistic']}, mean |diff| of consecutive "
+                  "rounds): " + ", ".join(f"{name} {value * 100:.2f}%" for name, value in
+                                          session["round_to_round"].items()))
     for note in summary["notes"]:
         print(f"note: {note}")
     for name, table in summary["sets"].items():

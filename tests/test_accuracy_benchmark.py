@@ -132,6 +132,7 @@ def test_rounds_interleave_and_rows_of_another_protocol_are_measured_again(tmp_p
     assert small["repeats"] == 20 and small["p10_ms"] < small["median_ms"]
     sessions = accuracy.read_sessions(folder, record["since"])
     assert len(sessions) == 1 and sessions[0]["networks"] == 2 and sessions[0]["reference_ms"] == 1.0
+    assert set(sessions[0]["round_to_round"]) == {"a", "b"} and min(sessions[0]["round_to_round"].values()) >= 0
     accuracy.measure_networks(backend, _nets(), tmp_path, Protocol(rounds=2, warmup=0, repeats=10,
                                                                    statistic="median", drift="canary"), progress=False)
     assert len(backend.calls) == 4                      # p10 and median are both in the rows: nothing to measure
