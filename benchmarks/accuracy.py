@@ -6,8 +6,9 @@ latency measured on this machine (a benchmark: prints tables, asserts nothing).
         [--statistic p10] [--drift none] [--remeasure] [--measured DIR] [--plot FILE.png] [--json FILE]
 
 Sets: ``zoo`` (22 torchvision models, batch 1, default resolution), ``timm`` (61 timm
-models chosen by a rule, :data:`TIMM`: CNNs, vision transformers, hybrids; not in the
-default sets) and ``nb201`` (NAS-Bench-201 cells sampled with seed 201, input 1x3x32x32). Networks are measured
+models chosen by a rule, :data:`TIMM`: CNNs, vision transformers, hybrids), ``mbv2``
+(:data:`MBV2_COUNT` random candidates of :class:`~annette_torch.nas.MobileNetV2Space`, 224x224)
+and ``nb201`` (NAS-Bench-201 cells sampled with seed 201, input 1x3x32x32). Networks are measured
 with the measuring protocol (:mod:`annette_torch.measure.protocol`: interleaved rounds,
 optionally a drift correction against a canary, the statistic of the pooled runs; the same as
 calibration's). Measurements are kept in
@@ -36,6 +37,7 @@ import hashlib
 import io
 import json
 import os
+import random
 import sys
 import tempfile
 import time
@@ -58,6 +60,7 @@ from annette_torch.measure.arguments import add_protocol_arguments, protocol_fro
 from annette_torch.measure.networks import measure_networks as measure_with_protocol
 from annette_torch.measure.noise import round_to_round
 from annette_torch.measure.record import LEGACY, describe, differences, new_record, read_record, write_record
+from annette_torch.nas import MobileNetV2Space
 from annette_torch.nas.nasbench201 import NB201Network, sample_architectures
 from annette_torch.transfer.references import Network, torchvision_model
 
@@ -85,6 +88,8 @@ TIMM = (
 #: the timm models whose default input is not 224 x 224 (their pretrained configuration)
 TIMM_INPUT_SIZE = {'tf_efficientnetv2_b0': 192, 'tinynet_e': 106, 'edgenext_xx_small': 256, 'mobilevit_xxs': 256, 'mobilevitv2_050': 256, 'fastvit_t8': 256, 'csatv2': 512}
 NB201_SEED = 201
+#: random candidates of the MobileNetV2 search space: how many, drawn with this seed
+MBV2_COUNT, MBV2_SEED = 20, 2
 MODEL_TYPES = ("roofline", "refined_roofline", "statistical", "mixed")
 COLUMNS = ("set", "network", "input_shape", "median_ms", "p10_ms", "p90_ms", "spread", "repeats", "measured_at")
 RESULTS_ROOT = Path(__file__).parent / "results"
@@ -94,7 +99,7 @@ DEFAULT_PROTOCOL = Protocol()
 
 
 def networks(sets: list[str], models: list[str] | None = None, nb201: int = 50) -> list[Network]:
-    """The networks of ``sets`` (``zoo``, ``timm``, ``nb201``), only those named in ``models`` if given."""
+    """The networks of ``sets`` (``zoo``, ``timm``, ``mbv2``, ``nb201``), only those named in ``models`` if given."""
     found = []
     for name in sets:
         if name == "zoo":
@@ -103,12 +108,21 @@ def networks(sets: list[str], models: list[str] | None = None, nb201: int = 50) 
         elif name == "timm":
             found += [Network("timm", m, (1, 3, TIMM_INPUT_SIZE.get(m, 224), TIMM_INPUT_SIZE.get(m, 224)),
                               lambda m=m: timm_model(m)) for m in TIMM]
+        elif name == "mbv2":
+            space, rng = MobileNetV2Space(), random.Random(MBV2_SEED)
+            for arch in [space.sample(rng) for _ in range(MBV2_COUNT)]:
+                found.append(Network("mbv2", mbv2_name(arch), (1, 3, 224, 224), lambda a=arch: space.build(a)))
         elif name == "nb201":
             found += [Network("nb201", a, (1, 3, 32, 32), lambda a=a: NB201Network(a).eval())
                       for a in sample_architectures(nb201, seed=NB201_SEED)]
         else:
-            raise SystemExit(f"unknown set {name!r}; sets are zoo, timm, nb201")
+            raise SystemExit(f"unknown set {name!r}; sets are zoo, timm, mbv2, nb201")
     return [n for n in found if models is None or n.name in models]
+
+
+def mbv2_name(arch) -> str:
+    """A MobileNetV2-space architecture as ``k3e6w1d2-...``: per stage kernel, expansion, width, depth."""
+    return "-".join(f"k{c.kernel}e{c.expansion}w{c.width:g}d{c.depth}" for c in arch)
 
 
 def timm_model(name: str) -> torch.nn.Module:

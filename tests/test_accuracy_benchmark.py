@@ -212,3 +212,9 @@ def test_the_timm_set_is_the_coverage_list_below_the_compute_cap():
     assert set(accuracy.TIMM_INPUT_SIZE) <= set(accuracy.TIMM)
     nets = accuracy.networks(["timm"], models=["tinynet_e", "lcnet_050"])
     assert [(n.name, n.input_shape) for n in nets] == [("lcnet_050", (1, 3, 224, 224)), ("tinynet_e", (1, 3, 106, 106))]
+
+
+def test_the_mobilenetv2_space_set_is_fixed_by_its_seed():
+    first, again = accuracy.networks(["mbv2"]), accuracy.networks(["mbv2"])
+    assert [n.name for n in first] == [n.name for n in again] and len({n.name for n in first}) == accuracy.MBV2_COUNT
+    assert all(n.input_shape == (1, 3, 224, 224) for n in first)
