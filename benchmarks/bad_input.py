@@ -909,6 +909,67 @@ def _board_config(path: Path) -> Any:
     return BoardConfig(path, "zcu102.example.toml")
 
 
+def measured_table(fingerprint: str | None = None, kernels: bytes | None = None,
+                   record: str | None = None) -> Callable[[Path], Any]:
+    """A case that loads a table of kernels measured in context whose ``fingerprint.json``,
+    ``kernels.csv`` and ``protocol.json`` hold the given text (a valid table otherwise)."""
+    def run(folder: Path) -> Any:
+        from annette_torch.measure.kernel_table import KERNEL_COLUMNS, MeasuredKernels
+        table = folder / "measured"
+        table.mkdir()
+        (table / "fingerprint.json").write_text(fingerprint if fingerprint is not None else json.dumps(FINGERPRINT))
+        (table / "kernels.csv").write_bytes(kernels if kernels is not None else (",".join(KERNEL_COLUMNS) + "\n").encode())
+        if record == "folder":
+            (table / "protocol.json").mkdir()
+        elif record is not None:
+            (table / "protocol.json").write_text(record)
+        return MeasuredKernels.load(table)
+    return run
+
+
+def measured_over_limit(name: str) -> Callable[[Path], Any]:
+    """A case that loads a measured-kernels table whose ``name`` file is 1,000 bytes longer
+    than the reader's size limit (the other files fit under it)."""
+    from annette_torch.measure.kernel_table import KERNEL_COLUMNS
+    header = ",".join(KERNEL_COLUMNS) + "\n"
+    record = json.dumps({"statistic": "p10", "drift": "none", "canary": None, "canary_ms": None, "since": None})
+    limit = 1000
+
+    def run(folder: Path) -> Any:
+        with file_limit(limit):
+            if name == "protocol.json":
+                return measured_table(record=record + " " * 2 * limit)(folder)
+            return measured_table(kernels=(header + "\n" * 2 * limit).encode(), record=record)(folder)
+    return run
+
+
+def _measured_cases() -> list[Case]:
+    header = ",".join(__import__("annette_torch.measure.kernel_table", fromlist=["x"]).KERNEL_COLUMNS)
+    record = '{"statistic": "p10", "drift": "none", "canary_ms": %s}'
+    return [
+        Case("measured", "fingerprint.json nested 1000 deep", measured_table(fingerprint="[" * 1000 + "]" * 1000),
+             match=("fingerprint.json", "nested")),
+        Case("measured", "fingerprint.json not JSON", measured_table(fingerprint="{backend"),
+             match=("fingerprint.json", "JSON")),
+        Case("measured", "kernels.csv over the size limit", measured_over_limit("kernels.csv"),
+             match=("kernels.csv", "bytes, more than")),
+        Case("measured", "kernels.csv not UTF-8", measured_table(kernels=(header + "\n\xff\xfe\n").encode("latin-1")),
+             match=("kernels.csv", "UTF-8")),
+        Case("measured", "kernels.csv with a NUL byte in a quoted field",
+             measured_table(kernels=(header + '\n"a\x00\n').encode()), match=("kernels.csv", "line")),
+        Case("measured", "protocol.json nested 1000 deep", measured_table(record="[" * 1000 + "]" * 1000),
+             match=("protocol.json", "nested")),
+        Case("measured", "protocol.json over the size limit", measured_over_limit("protocol.json"),
+             match=("protocol.json", "bytes, more than")),
+        Case("measured", "protocol.json is a folder", measured_table(record="folder"),
+             match=("protocol.json", "is a folder")),
+        Case("measured", "protocol.json canary_ms NaN", measured_table(record=record % "NaN"),
+             match=("protocol.json", "'canary_ms'")),
+        Case("measured", "protocol.json canary_ms true", measured_table(record=record % "true"),
+             match=("protocol.json", "'canary_ms'")),
+    ]
+
+
 def _cli_cases() -> list[Case]:
     nan_profile = lambda f: str(write_profile(f, set_field("overhead_ms", NAN)))   # noqa: E731
     inf_profile = lambda f: str(write_profile(f, set_field("layer_models.mixed.conv.roofline.peak_ops_s", 1e-300)))  # noqa: E731
@@ -955,7 +1016,7 @@ def _cli_cases() -> list[Case]:
 def cases() -> list[Case]:
     """Every case of the battery."""
     return (_profile_cases() + _estimate_cases() + _onnx_cases() + _store_cases() + _sweep_cases()
-            + _campaign_cases() + _adapt_cases() + _board_cases() + _cli_cases())
+            + _campaign_cases() + _adapt_cases() + _board_cases() + _measured_cases() + _cli_cases())
 
 
 def main(argv: list[str] | None = None) -> int:
