@@ -970,6 +970,80 @@ def _measured_cases() -> list[Case]:
     ]
 
 
+def width_latency(multipliers: Any, change: Callable[[dict], Any] | None = None) -> Callable[[Path], Any]:
+    """A case that evaluates :class:`~annette_torch.nas.WidthLatency` of :func:`small_net`
+    at ``multipliers`` (the base profile changed by ``change``, or openvino-cpu)."""
+    def run(folder: Path) -> Any:
+        from annette_torch.nas import WidthLatency
+        estimator = Estimator(write_profile(folder, change) if change else "openvino-cpu")
+        graph = trace(small_net(), input_shape=(1, 3, 16, 16))
+        return float(WidthLatency(estimator, graph)(torch.tensor(multipliers, dtype=torch.float64)))
+    return run
+
+
+def cached_block(change: Callable[[dict], Any]) -> Callable[[Path], Any]:
+    """A case that costs :func:`small_net` as one block of a :class:`SignatureCache`."""
+    def run(folder: Path) -> Any:
+        from annette_torch.nas import SignatureCache
+        return SignatureCache(Estimator(write_profile(folder, change))).block("net", small_net, (1, 3, 16, 16)).time_ms
+    return run
+
+
+def lut(table: list[list[float]], valid: list[list[bool]] | None = None, fixed_ms: float = 0.0,
+        logits: list[list[float]] | None = None, tau: float = 1.0, **loss: Any) -> Callable[[Path], Any]:
+    """A case that builds a :class:`~annette_torch.nas.LatencyLUT` from ``table`` and, with
+    ``logits``, takes its expected latency at ``tau`` (with ``loss`` options: a
+    :class:`~annette_torch.nas.LatencyLoss`'s value)."""
+    def run(folder: Path) -> Any:
+        from annette_torch.nas import LatencyLoss, LatencyLUT
+        times = torch.tensor(table, dtype=torch.float64)
+        mask = torch.ones_like(times, dtype=torch.bool) if valid is None else torch.tensor(valid)
+        built = LatencyLUT(times, mask, fixed_ms)
+        if loss:
+            return float(LatencyLoss(built, **loss)(torch.tensor(1.0), torch.zeros_like(times)))
+        return float(built.expected_ms(torch.tensor(logits, dtype=torch.float64), tau)) if logits else built
+    return run
+
+
+def _nas_cases() -> list[Case]:
+    tiny_peak = set_field("layer_models.mixed.conv.roofline.peak_ops_s", 1e-300)
+    good = [[1.0, 2.0], [3.0, 4.0]]
+    return [
+        Case("nas", "width multiplier NaN", width_latency([NAN]), match=("multiplier 0", "nan")),
+        Case("nas", "width multiplier -0.5", width_latency([-0.5]), match=("multiplier 0", "positive")),
+        Case("nas", "width multiplier inf", width_latency([INF]), match=("multiplier 0", "inf")),
+        Case("nas", "width multiplier 0", width_latency([0.0]), match=("multiplier 0", "positive")),
+        Case("nas", "width latency with a peak of 1e-300", width_latency([1.0], tiny_peak),
+             match=("kernel", "layer_models.mixed.conv", P)),
+        Case("nas", "signature-cache block with a peak of 1e-300", cached_block(tiny_peak),
+             match=("kernel", "layer_models.mixed.conv", P)),
+        Case("nas", "LUT entry NaN", lut([[1.0, NAN], [3.0, 4.0]]), match=("table_ms[0, 1]", "nan")),
+        Case("nas", "LUT entry negative", lut([[1.0, 2.0], [-3.0, 4.0]]), match=("table_ms[1, 0]", ">= 0")),
+        Case("nas", "LUT entry inf", lut([[INF, 2.0], [3.0, 4.0]]), match=("table_ms[0, 0]", "finite")),
+        Case("nas", "LUT invalid entry NaN gives a finite expectation",
+             lambda f: math.isfinite(lut([[1.0, NAN], [3.0, 4.0]], valid=[[True, False], [True, True]],
+                                         logits=[[0.0, 0.0], [0.0, 0.0]])(f)), expect="check"),
+        Case("nas", "LUT fixed_ms NaN", lut(good, fixed_ms=NAN), match=("fixed_ms",)),
+        Case("nas", "LUT mask of another shape", lut(good, valid=[[True, True]]), match=("valid", "shape")),
+        Case("nas", "LUT position without a valid candidate", lut(good, valid=[[True, True], [False, False]]),
+             match=("position 1", "no valid candidate")),
+        Case("nas", "LUT built from no positions",
+             lambda f: __import__("annette_torch.nas", fromlist=["x"]).LatencyLUT.build(None, []),
+             match=("at least one position",)),
+        Case("nas", "expected latency at NaN logits", lut(good, logits=[[0.0, NAN], [0.0, 0.0]]),
+             match=("logits[0, 1]", "NaN")),
+        Case("nas", "expected latency at +inf logits", lut(good, logits=[[0.0, 0.0], [INF, 0.0]]),
+             match=("logits[1, 0]", "+inf")),
+        Case("nas", "expected latency with a position all -inf", lut(good, logits=[[0.0, 0.0], [-INF, -INF]]),
+             match=("position 1", "-inf")),
+        Case("nas", "expected latency at tau 0", lut(good, logits=[[0.0, 0.0], [0.0, 0.0]], tau=0.0),
+             match=("tau", "positive")),
+        Case("nas", "latency loss with target_ms NaN", lut(good, target_ms=NAN), match=("target_ms",)),
+        Case("nas", "latency loss with target_ms 0", lut(good, target_ms=0.0), match=("target_ms", "positive")),
+        Case("nas", "latency loss with weight -1", lut(good, weight=-1.0), match=("weight",)),
+    ]
+
+
 def _cli_cases() -> list[Case]:
     nan_profile = lambda f: str(write_profile(f, set_field("overhead_ms", NAN)))   # noqa: E731
     inf_profile = lambda f: str(write_profile(f, set_field("layer_models.mixed.conv.roofline.peak_ops_s", 1e-300)))  # noqa: E731
@@ -1016,7 +1090,7 @@ def _cli_cases() -> list[Case]:
 def cases() -> list[Case]:
     """Every case of the battery."""
     return (_profile_cases() + _estimate_cases() + _onnx_cases() + _store_cases() + _sweep_cases()
-            + _campaign_cases() + _adapt_cases() + _board_cases() + _measured_cases() + _cli_cases())
+            + _campaign_cases() + _adapt_cases() + _board_cases() + _measured_cases() + _nas_cases() + _cli_cases())
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -64,7 +64,9 @@ class SignatureCache:
     def graph_time_ms(self, graph: LayerGraph) -> float:
         """Sum of the kernel times of ``graph``; unseen kernel signatures are predicted (one
         vectorized call per kind) and remembered. Equals ``estimator(graph)`` minus the
-        profile's per-inference overhead."""
+        profile's per-inference overhead; a predicted time that is NaN, negative or
+        infinite is an :class:`~annette_torch.estimator.EstimateError` naming the kernel, as
+        in an estimate (never a NaN in the cache)."""
         table = self.estimator.kernel_table(graph)
         keys = [(kind, fused[1:], row.tobytes()) for kind, fused, row in zip(table.kinds, table.layer_kinds, table.features)]
         measured = self.estimator.measured_ms(table)
@@ -79,6 +81,7 @@ class SignatureCache:
         for kind, rows in by_kind.items():
             model = self.estimator.group_model(table, kind, np.array(rows))
             seconds, _ = model.predict(table.features[rows])
+            self.estimator.checked_sum(graph, table, kind, np.array(rows), np.atleast_1d(seconds))
             for i, s in zip(rows, np.atleast_1d(seconds)):
                 self.kernels[keys[i]] = float(s) * 1e3
         return float(sum(self.kernels[key] for i, key in enumerate(keys) if not table.free[i]))
