@@ -12,6 +12,12 @@ prediction):
 
 Blocks are estimated in isolation: fusion across a block boundary is not modelled (in the
 MobileNetV2-style space every fusable chain lies inside a block).
+
+Estimating many candidates (:meth:`SignatureCache.candidates`, and building a
+:class:`~annette_torch.nas.LatencyLUT`) shows a tqdm progress bar once the call has run
+for :data:`PROGRESS_DELAY_S` (so when it traces, not when the cache answers), on a
+terminal only; ``progress=False`` turns it off, ``True`` on. The bar leaves nothing
+behind when it closes.
 """
 from __future__ import annotations
 
@@ -21,12 +27,24 @@ from typing import Callable, Hashable, Iterable
 import numpy as np
 import torch
 from torch import nn
+from tqdm import tqdm
 
 from ..estimator import Estimator
 from ..graph import LayerGraph, trace
 from ..kinds import FEATURES
 
 _OPS, _WEIGHTS = FEATURES.index("ops"), FEATURES.index("weight_elems")
+#: seconds a call estimating many candidates runs before its progress bar appears
+PROGRESS_DELAY_S = 0.5
+
+
+def progress_bar(iterable: Iterable | None = None, total: int | None = None, desc: str = "",
+                 progress: bool | None = None) -> tqdm:
+    """A tqdm bar over ``iterable`` (or of ``total`` steps) that appears after
+    :data:`PROGRESS_DELAY_S` and disappears when closed; ``progress``: None shows it on
+    a terminal only, False never, True always."""
+    return tqdm(iterable, total=total, desc=desc, unit="candidate", leave=False, dynamic_ncols=True,
+                delay=PROGRESS_DELAY_S, disable=None if progress is None else not progress)
 
 
 @dataclass(frozen=True)
@@ -110,7 +128,9 @@ class SignatureCache:
             time_ms, ops, weights = time_ms + cost.time_ms, ops + cost.ops, weights + cost.weights
         return BlockCost(time_ms + self.estimator.profile.overhead_ms, ops, weights)
 
-    def candidates(self, space, archs: Iterable) -> list[BlockCost]:
+    def candidates(self, space, archs: Iterable, progress: bool | None = None) -> list[BlockCost]:
         """Batched estimation of many architectures of one space (anything with a
-        ``blocks(arch)`` method returning (signature, build, input shape) triples)."""
-        return [self.blocks_cost(space.blocks(arch)) for arch in archs]
+        ``blocks(arch)`` method returning (signature, build, input shape) triples), with a
+        progress bar when it takes a while (see the module doc for ``progress``)."""
+        with progress_bar(archs, desc="candidates", progress=progress) as bar:
+            return [self.blocks_cost(space.blocks(arch)) for arch in bar]

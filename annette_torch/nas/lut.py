@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..validation import number
-from .cache import SignatureCache
+from .cache import SignatureCache, progress_bar
 
 #: One candidate: (signature, build function). A position: (input shape, candidates).
 Candidate = tuple[Hashable, Callable[[], nn.Module]]
@@ -70,17 +70,22 @@ class LatencyLUT:
 
     @classmethod
     def build(cls, cache: SignatureCache, positions: Sequence[Position],
-              fixed: Sequence[tuple[Hashable, Callable[[], nn.Module], tuple[int, ...]]] = ()) -> LatencyLUT:
-        """Estimate every candidate of every position (and the fixed blocks) once."""
+              fixed: Sequence[tuple[Hashable, Callable[[], nn.Module], tuple[int, ...]]] = (),
+              progress: bool | None = None) -> LatencyLUT:
+        """Estimate every candidate of every position (and the fixed blocks) once, with a
+        progress bar when it takes a while (``progress``: see :mod:`.cache`)."""
         if not positions or not all(len(candidates) for _, candidates in positions):
             raise ValueError("LatencyLUT.build needs at least one position, each with at least one candidate")
         width = max(len(candidates) for _, candidates in positions)
         table = torch.zeros(len(positions), width, dtype=torch.float64)
         valid = torch.zeros(len(positions), width, dtype=torch.bool)
-        for p, (shape, candidates) in enumerate(positions):
-            for c, (signature, build) in enumerate(candidates):
-                table[p, c] = cache.block(signature, build, shape).time_ms
-                valid[p, c] = True
+        with progress_bar(total=sum(len(candidates) for _, candidates in positions), desc="latency table",
+                          progress=progress) as bar:
+            for p, (shape, candidates) in enumerate(positions):
+                for c, (signature, build) in enumerate(candidates):
+                    table[p, c] = cache.block(signature, build, shape).time_ms
+                    valid[p, c] = True
+                    bar.update(1)
         fixed_ms = cache.blocks_cost(fixed).time_ms if fixed else cache.estimator.profile.overhead_ms
         return cls(table, valid, fixed_ms)
 
