@@ -680,6 +680,14 @@ def _estimate_cases() -> list[Case]:
         Case("resources", "data-dependent activations over the limit",
              trace_case(lambda: Branchy(channels=80), input_shape=(1, 3, 2048, 2048)),
              match=("Branchy", "activations up to the failing call", "leaf_modules=")),
+        Case("resources", "estimate --input-shape of 825 GB allocates nothing",
+             lambda f: "ms" in estimate_cli("--input-shape", "1,3,262144,262144")(f), expect="check"),
+        Case("resources", "meta example inputs: the real fallback makes its zeros",
+             lambda f: trace(NoMetaKernel(), example_inputs=torch.zeros(1, 3, 8, 8, device="meta")).method == "fx-real",
+             expect="check"),
+        Case("resources", "meta example inputs over the real fallback's limit",
+             trace_case(NoMetaKernel, example_inputs=torch.zeros(1, 3, 8192, 8192, device="meta")),
+             match=("NoMetaKernel", "MiB", "leaf_modules=")),
     ]
 
 
