@@ -956,7 +956,8 @@ def measured_over_limit(name: str) -> Callable[[Path], Any]:
 
 
 def _measured_cases() -> list[Case]:
-    header = ",".join(__import__("annette_torch.measure.kernel_table", fromlist=["x"]).KERNEL_COLUMNS)
+    from annette_torch.measure.kernel_table import KERNEL_COLUMNS
+    header = ",".join(KERNEL_COLUMNS)
     record = '{"statistic": "p10", "drift": "none", "canary_ms": %s}'
     return [
         Case("measured", "fingerprint.json nested 1000 deep", measured_table(fingerprint="[" * 1000 + "]" * 1000),
@@ -1018,6 +1019,7 @@ def lut(table: list[list[float]], valid: list[list[bool]] | None = None, fixed_m
 
 
 def _nas_cases() -> list[Case]:
+    from annette_torch.nas import LatencyLUT
     tiny_peak = set_field("layer_models.mixed.conv.roofline.peak_ops_s", 1e-300)
     good = [[1.0, 2.0], [3.0, 4.0]]
     return [
@@ -1039,8 +1041,7 @@ def _nas_cases() -> list[Case]:
         Case("nas", "LUT mask of another shape", lut(good, valid=[[True, True]]), match=("valid", "shape")),
         Case("nas", "LUT position without a valid candidate", lut(good, valid=[[True, True], [False, False]]),
              match=("position 1", "no valid candidate")),
-        Case("nas", "LUT built from no positions",
-             lambda f: __import__("annette_torch.nas", fromlist=["x"]).LatencyLUT.build(None, []),
+        Case("nas", "LUT built from no positions", lambda f: LatencyLUT.build(None, []),
              match=("at least one position",)),
         Case("nas", "expected latency at NaN logits", lut(good, logits=[[0.0, NAN], [0.0, 0.0]]),
              match=("logits[0, 1]", "NaN")),
