@@ -7,7 +7,7 @@
     annette-torch profiles
     annette-torch calibrate --backend openvino-cpu --sweep quick --out DIR [--threads N]
                   [--precision P] [--minutes M] [--timeout S] [--config FILE] [--dry-run] [--retry-failed]
-                  [--rounds R] [--warmup W] [--repeats N] [--statistic S] [--drift D]
+                  [--rounds R] [--warmup W] [--repeats N] [--statistic S] [--drift D] [--stop-after-failures K]
     annette-torch calibrate --backend B --for MODEL [MODEL ...] --out DIR [--profile P] [--input-shape S]
                   [--threads N] [--precision P] [--rounds R] [--warmup W] [--repeats N] [--statistic S] [--drift D]
     annette-torch noise --backend B [--threads N] [--precision P] [--rounds R] [--minutes M]
@@ -38,7 +38,7 @@ from .kinds import PRODUCT_KINDS
 from .memory import MemoryEstimate
 from .models_source import DEFAULT_SEQ_LEN, trace_model
 from .backends import BackendError
-from .calibration.campaign import REPEATS, ROUNDS
+from .calibration.campaign import REPEATS, ROUNDS, STOP_AFTER_FAILURES, CampaignStopped
 from .calibration.store import StoreError
 from .calibration.sweep import sweep_names
 from .measure import Protocol
@@ -282,7 +282,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     summary = run_campaign(args.backend, args.sweep, args.out, threads=args.threads, precision=args.precision,
                            minutes=args.minutes, timeout_s=args.timeout, warmup=args.warmup, repeats=args.repeats,
                            backend_options=options, retry_failed=args.retry_failed, rounds=args.rounds,
-                           statistic=args.statistic, drift=args.drift)
+                           statistic=args.statistic, drift=args.drift,
+                           stop_after_failures=args.stop_after_failures)
     print(summary)
     if summary.machine is not None:
         for warning in summary.machine.warnings:
@@ -469,6 +470,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "CPU runtimes)")
     cal.add_argument("--retry-failed", action="store_true",
                      help="measure again the benchmarks whose last attempt failed (e.g. the board was down)")
+    cal.add_argument("--stop-after-failures", type=int, default=STOP_AFTER_FAILURES, metavar="K",
+                     help=f"stop, recording none of them, when K benchmarks in a row fail with the same error "
+                          f"(a setting such as --timeout, not the benchmarks; default {STOP_AFTER_FAILURES}, 0: never)")
     add_protocol_arguments(cal, CALIBRATION_PROTOCOL)
     cal.set_defaults(func=cmd_calibrate)
     noise = sub.add_parser("noise", help="how reproducible timings are on this machine now: small networks in "
@@ -535,7 +539,7 @@ def main(argv: list[str] | None = None) -> int:
         warnings.showwarning = _print_warning
         try:
             return args.func(args)
-        except (TraceError, ProfileError, StoreError, BackendError, ValueError, OSError) as error:
+        except (TraceError, ProfileError, StoreError, BackendError, CampaignStopped, ValueError, OSError) as error:
             print(f"annette-torch: error: {error}{_hint(error)}", file=sys.stderr)
             return 2
 

@@ -264,7 +264,7 @@ class Estimator:
         for kind, rows, feats, model in groups:
             type_name, entry, _ = self.layer_model(kind)
             seconds, compute = model.predict(feats)
-            total_s += self._checked_sum(graph, table, kind, rows, seconds)
+            total_s += self.checked_sum(graph, table, kind, rows, seconds)
             time_ms[rows], bound[rows], moved[rows] = seconds * 1e3, compute, model.bytes_moved(feats)
             confidence[rows], outside[rows] = self._confidence(type_name, entry, feats)
             for r in rows:
@@ -305,7 +305,7 @@ class Estimator:
         table, groups, measured = self.plan(graph)
         seconds = 0.0
         for kind, rows, features, layer_model in groups:
-            seconds += self._checked_sum(graph, table, kind, rows, layer_model.predict(features)[0])
+            seconds += self.checked_sum(graph, table, kind, rows, layer_model.predict(features)[0])
         return self._total_ms(graph, seconds, measured)
 
     def _total_ms(self, graph: LayerGraph, kernel_s: float, measured: np.ndarray) -> float:
@@ -324,12 +324,13 @@ class Estimator:
                                 f"time {float(known.min()):g} ms (measured kernels of {self.measured.folder})")
         return kernel_s * 1e3 + float(known.sum()) + overhead
 
-    def _checked_sum(self, graph: LayerGraph, table: KernelTable, kind: str, rows: np.ndarray,
-                     seconds: np.ndarray) -> float:
+    def checked_sum(self, graph: LayerGraph, table: KernelTable, kind: str, rows: np.ndarray,
+                    seconds: np.ndarray) -> float:
         """The sum of the kernel times ``seconds`` (of ``rows`` of ``table``, all of kind
         ``kind``); :class:`EstimateError` naming the first kernel whose time is NaN,
         negative or above :data:`MAX_KERNEL_S` (infinite included) and the profile entry
-        that answered it."""
+        that answered it. Every path that sums layer-model times (the signature cache,
+        the width latency too) goes through here."""
         total = float(seconds.sum())
         if total <= MAX_KERNEL_S * len(seconds) and (seconds >= 0).all() and (seconds <= MAX_KERNEL_S).all():
             return total                                   # (False for NaN, too)

@@ -282,10 +282,12 @@ def resolve_model(spec: str, input_shape: Shape | Sequence[Shape] | None = None,
 
 
 def model_inputs(resolved: ResolvedModel, shapes: Sequence[Shape] | None = None,
-                 dtypes: Sequence[torch.dtype] | None = None, seq_len: int | None = None) -> tuple:
+                 dtypes: Sequence[torch.dtype] | None = None, seq_len: int | None = None,
+                 device: str = "cpu") -> tuple:
     """The positional arguments of ``resolved.module``'s forward: zeros of ``shapes``
     (default: the model's own; ``seq_len`` replaces a text model's sequence length) and
-    ``dtypes`` (one for all inputs or one each; default: the model's own)."""
+    ``dtypes`` (one for all inputs or one each; default: the model's own) on ``device``
+    (``"meta"``: no memory, for :func:`~annette_torch.graph.trace`)."""
     if seq_len is not None:
         if not resolved.token_inputs:
             raise ModelSpecError(f"{resolved.name}: --seq-len applies to models whose inputs are token ids "
@@ -310,9 +312,9 @@ def model_inputs(resolved: ResolvedModel, shapes: Sequence[Shape] | None = None,
                 raise ModelSpecError(f"{resolved.name} takes a list of images: give their shape as N,C,H,W "
                                      f"(or C,H,W for one image), got {','.join(map(str, shape))}")
             images = shape[0] if len(shape) == 4 else 1
-            tensors.append([torch.zeros(shape[-3:], dtype=dtype) for _ in range(images)])
+            tensors.append([torch.zeros(shape[-3:], dtype=dtype, device=device) for _ in range(images)])
         else:
-            tensors.append(torch.zeros(shape, dtype=dtype))
+            tensors.append(torch.zeros(shape, dtype=dtype, device=device))
     if resolved.input_names:
         return bind_inputs(resolved.module, dict(zip(resolved.input_names, tensors)))
     return tuple(tensors)
@@ -358,9 +360,10 @@ def load_example_inputs(spec: str, module: nn.Module | None) -> tuple:
 
 def trace_model(spec: str, shapes: Sequence[Shape] | None = None, dtypes: Sequence[torch.dtype] | None = None,
                 seq_len: int | None = None, example_inputs: str | None = None, training: bool = False) -> LayerGraph:
-    """Resolve ``spec`` and trace it on its inputs (:func:`model_inputs`, or the
-    ``file.py:function`` of ``example_inputs``), in train mode with ``training``: built
-    on the meta device first, rebuilt on the CPU when an op needs real weights."""
+    """Resolve ``spec`` and trace it on its inputs (:func:`model_inputs` on the meta
+    device: an input shape costs no memory, or the ``file.py:function`` of
+    ``example_inputs``), in train mode with ``training``: built on the meta device first,
+    rebuilt on the CPU when an op needs real weights."""
     if spec.endswith(".onnx"):
         if dtypes or seq_len or example_inputs:
             raise ModelSpecError(f"{spec}: an ONNX file declares its inputs' dtypes; give --input-shape only")
@@ -371,7 +374,7 @@ def trace_model(spec: str, shapes: Sequence[Shape] | None = None, dtypes: Sequen
     def traced(resolved: ResolvedModel) -> LayerGraph:
         resolved.module.train(training)
         args = (load_example_inputs(example_inputs, resolved.module) if example_inputs
-                else model_inputs(resolved, shapes, dtypes, seq_len))
+                else model_inputs(resolved, shapes, dtypes, seq_len, device="meta"))
         return trace(resolved.module, example_inputs=args, name=resolved.name)
 
     resolved = resolve_model(spec, device="meta")

@@ -680,6 +680,14 @@ def _estimate_cases() -> list[Case]:
         Case("resources", "data-dependent activations over the limit",
              trace_case(lambda: Branchy(channels=80), input_shape=(1, 3, 2048, 2048)),
              match=("Branchy", "activations up to the failing call", "leaf_modules=")),
+        Case("resources", "estimate --input-shape of 825 GB allocates nothing",
+             lambda f: "ms" in estimate_cli("--input-shape", "1,3,262144,262144")(f), expect="check"),
+        Case("resources", "meta example inputs: the real fallback makes its zeros",
+             lambda f: trace(NoMetaKernel(), example_inputs=torch.zeros(1, 3, 8, 8, device="meta")).method == "fx-real",
+             expect="check"),
+        Case("resources", "meta example inputs over the real fallback's limit",
+             trace_case(NoMetaKernel, example_inputs=torch.zeros(1, 3, 8192, 8192, device="meta")),
+             match=("NoMetaKernel", "MiB", "leaf_modules=")),
     ]
 
 
@@ -839,6 +847,10 @@ def _campaign_cases() -> list[Case]:
         Case("campaign", "--rounds 0", campaign(rounds=0), match=("rounds",)),
         Case("campaign", "--statistic mode", campaign(statistic="mode"), match=("statistic",)),
         Case("campaign", "--timeout 0 stores nothing", nothing_stored(timeout_s=0), expect="check"),
+        Case("campaign", "--timeout 0.001 (in range, every round times out)", campaign(timeout_s=0.001),
+             match=("stopped the campaign", "--timeout 0.001 s is shorter")),
+        Case("campaign", "--stop-after-failures -1", campaign(stop_after_failures=-1),
+             match=("--stop-after-failures",)),
         Case("campaign", "calibrate --warmup -3 on the command line",
              lambda f: cli("calibrate", "--backend", "torch-cpu", "--sweep", "smoke", "--out", str(f / "o"),
                            "--warmup", "-3"), match=("warmup", "-3")),
@@ -909,6 +921,142 @@ def _board_config(path: Path) -> Any:
     return BoardConfig(path, "zcu102.example.toml")
 
 
+def measured_table(fingerprint: str | None = None, kernels: bytes | None = None,
+                   record: str | None = None) -> Callable[[Path], Any]:
+    """A case that loads a table of kernels measured in context whose ``fingerprint.json``,
+    ``kernels.csv`` and ``protocol.json`` hold the given text (a valid table otherwise)."""
+    def run(folder: Path) -> Any:
+        from annette_torch.measure.kernel_table import KERNEL_COLUMNS, MeasuredKernels
+        table = folder / "measured"
+        table.mkdir()
+        (table / "fingerprint.json").write_text(fingerprint if fingerprint is not None else json.dumps(FINGERPRINT))
+        (table / "kernels.csv").write_bytes(kernels if kernels is not None else (",".join(KERNEL_COLUMNS) + "\n").encode())
+        if record == "folder":
+            (table / "protocol.json").mkdir()
+        elif record is not None:
+            (table / "protocol.json").write_text(record)
+        return MeasuredKernels.load(table)
+    return run
+
+
+def measured_over_limit(name: str) -> Callable[[Path], Any]:
+    """A case that loads a measured-kernels table whose ``name`` file is 1,000 bytes longer
+    than the reader's size limit (the other files fit under it)."""
+    from annette_torch.measure.kernel_table import KERNEL_COLUMNS
+    header = ",".join(KERNEL_COLUMNS) + "\n"
+    record = json.dumps({"statistic": "p10", "drift": "none", "canary": None, "canary_ms": None, "since": None})
+    limit = 1000
+
+    def run(folder: Path) -> Any:
+        with file_limit(limit):
+            if name == "protocol.json":
+                return measured_table(record=record + " " * 2 * limit)(folder)
+            return measured_table(kernels=(header + "\n" * 2 * limit).encode(), record=record)(folder)
+    return run
+
+
+def _measured_cases() -> list[Case]:
+    from annette_torch.measure.kernel_table import KERNEL_COLUMNS
+    header = ",".join(KERNEL_COLUMNS)
+    record = '{"statistic": "p10", "drift": "none", "canary_ms": %s}'
+    return [
+        Case("measured", "fingerprint.json nested 1000 deep", measured_table(fingerprint="[" * 1000 + "]" * 1000),
+             match=("fingerprint.json", "nested")),
+        Case("measured", "fingerprint.json not JSON", measured_table(fingerprint="{backend"),
+             match=("fingerprint.json", "JSON")),
+        Case("measured", "kernels.csv over the size limit", measured_over_limit("kernels.csv"),
+             match=("kernels.csv", "bytes, more than")),
+        Case("measured", "kernels.csv not UTF-8", measured_table(kernels=(header + "\n\xff\xfe\n").encode("latin-1")),
+             match=("kernels.csv", "UTF-8")),
+        Case("measured", "kernels.csv with a NUL byte in a quoted field",
+             measured_table(kernels=(header + '\n"a\x00\n').encode()), match=("kernels.csv", "line")),
+        Case("measured", "protocol.json nested 1000 deep", measured_table(record="[" * 1000 + "]" * 1000),
+             match=("protocol.json", "nested")),
+        Case("measured", "protocol.json over the size limit", measured_over_limit("protocol.json"),
+             match=("protocol.json", "bytes, more than")),
+        Case("measured", "protocol.json is a folder", measured_table(record="folder"),
+             match=("protocol.json", "is a folder")),
+        Case("measured", "protocol.json canary_ms NaN", measured_table(record=record % "NaN"),
+             match=("protocol.json", "'canary_ms'")),
+        Case("measured", "protocol.json canary_ms true", measured_table(record=record % "true"),
+             match=("protocol.json", "'canary_ms'")),
+    ]
+
+
+def width_latency(multipliers: Any, change: Callable[[dict], Any] | None = None) -> Callable[[Path], Any]:
+    """A case that evaluates :class:`~annette_torch.nas.WidthLatency` of :func:`small_net`
+    at ``multipliers`` (the base profile changed by ``change``, or openvino-cpu)."""
+    def run(folder: Path) -> Any:
+        from annette_torch.nas import WidthLatency
+        estimator = Estimator(write_profile(folder, change) if change else "openvino-cpu")
+        graph = trace(small_net(), input_shape=(1, 3, 16, 16))
+        return float(WidthLatency(estimator, graph)(torch.tensor(multipliers, dtype=torch.float64)))
+    return run
+
+
+def cached_block(change: Callable[[dict], Any]) -> Callable[[Path], Any]:
+    """A case that costs :func:`small_net` as one block of a :class:`SignatureCache`."""
+    def run(folder: Path) -> Any:
+        from annette_torch.nas import SignatureCache
+        return SignatureCache(Estimator(write_profile(folder, change))).block("net", small_net, (1, 3, 16, 16)).time_ms
+    return run
+
+
+def lut(table: list[list[float]], valid: list[list[bool]] | None = None, fixed_ms: float = 0.0,
+        logits: list[list[float]] | None = None, tau: float = 1.0, **loss: Any) -> Callable[[Path], Any]:
+    """A case that builds a :class:`~annette_torch.nas.LatencyLUT` from ``table`` and, with
+    ``logits``, takes its expected latency at ``tau`` (with ``loss`` options: a
+    :class:`~annette_torch.nas.LatencyLoss`'s value)."""
+    def run(folder: Path) -> Any:
+        from annette_torch.nas import LatencyLoss, LatencyLUT
+        times = torch.tensor(table, dtype=torch.float64)
+        mask = torch.ones_like(times, dtype=torch.bool) if valid is None else torch.tensor(valid)
+        built = LatencyLUT(times, mask, fixed_ms)
+        if loss:
+            return float(LatencyLoss(built, **loss)(torch.tensor(1.0), torch.zeros_like(times)))
+        return float(built.expected_ms(torch.tensor(logits, dtype=torch.float64), tau)) if logits else built
+    return run
+
+
+def _nas_cases() -> list[Case]:
+    from annette_torch.nas import LatencyLUT
+    tiny_peak = set_field("layer_models.mixed.conv.roofline.peak_ops_s", 1e-300)
+    good = [[1.0, 2.0], [3.0, 4.0]]
+    return [
+        Case("nas", "width multiplier NaN", width_latency([NAN]), match=("multiplier 0", "nan")),
+        Case("nas", "width multiplier -0.5", width_latency([-0.5]), match=("multiplier 0", "positive")),
+        Case("nas", "width multiplier inf", width_latency([INF]), match=("multiplier 0", "inf")),
+        Case("nas", "width multiplier 0", width_latency([0.0]), match=("multiplier 0", "positive")),
+        Case("nas", "width latency with a peak of 1e-300", width_latency([1.0], tiny_peak),
+             match=("kernel", "layer_models.mixed.conv", P)),
+        Case("nas", "signature-cache block with a peak of 1e-300", cached_block(tiny_peak),
+             match=("kernel", "layer_models.mixed.conv", P)),
+        Case("nas", "LUT entry NaN", lut([[1.0, NAN], [3.0, 4.0]]), match=("table_ms[0, 1]", "nan")),
+        Case("nas", "LUT entry negative", lut([[1.0, 2.0], [-3.0, 4.0]]), match=("table_ms[1, 0]", ">= 0")),
+        Case("nas", "LUT entry inf", lut([[INF, 2.0], [3.0, 4.0]]), match=("table_ms[0, 0]", "finite")),
+        Case("nas", "LUT invalid entry NaN gives a finite expectation",
+             lambda f: math.isfinite(lut([[1.0, NAN], [3.0, 4.0]], valid=[[True, False], [True, True]],
+                                         logits=[[0.0, 0.0], [0.0, 0.0]])(f)), expect="check"),
+        Case("nas", "LUT fixed_ms NaN", lut(good, fixed_ms=NAN), match=("fixed_ms",)),
+        Case("nas", "LUT mask of another shape", lut(good, valid=[[True, True]]), match=("valid", "shape")),
+        Case("nas", "LUT position without a valid candidate", lut(good, valid=[[True, True], [False, False]]),
+             match=("position 1", "no valid candidate")),
+        Case("nas", "LUT built from no positions", lambda f: LatencyLUT.build(None, []),
+             match=("at least one position",)),
+        Case("nas", "expected latency at NaN logits", lut(good, logits=[[0.0, NAN], [0.0, 0.0]]),
+             match=("logits[0, 1]", "NaN")),
+        Case("nas", "expected latency at +inf logits", lut(good, logits=[[0.0, 0.0], [INF, 0.0]]),
+             match=("logits[1, 0]", "+inf")),
+        Case("nas", "expected latency with a position all -inf", lut(good, logits=[[0.0, 0.0], [-INF, -INF]]),
+             match=("position 1", "-inf")),
+        Case("nas", "expected latency at tau 0", lut(good, logits=[[0.0, 0.0], [0.0, 0.0]], tau=0.0),
+             match=("tau", "positive")),
+        Case("nas", "latency loss with target_ms NaN", lut(good, target_ms=NAN), match=("target_ms",)),
+        Case("nas", "latency loss with target_ms 0", lut(good, target_ms=0.0), match=("target_ms", "positive")),
+        Case("nas", "latency loss with weight -1", lut(good, weight=-1.0), match=("weight",)),
+    ]
+
+
 def _cli_cases() -> list[Case]:
     nan_profile = lambda f: str(write_profile(f, set_field("overhead_ms", NAN)))   # noqa: E731
     inf_profile = lambda f: str(write_profile(f, set_field("layer_models.mixed.conv.roofline.peak_ops_s", 1e-300)))  # noqa: E731
@@ -955,7 +1103,7 @@ def _cli_cases() -> list[Case]:
 def cases() -> list[Case]:
     """Every case of the battery."""
     return (_profile_cases() + _estimate_cases() + _onnx_cases() + _store_cases() + _sweep_cases()
-            + _campaign_cases() + _adapt_cases() + _board_cases() + _cli_cases())
+            + _campaign_cases() + _adapt_cases() + _board_cases() + _measured_cases() + _nas_cases() + _cli_cases())
 
 
 def main(argv: list[str] | None = None) -> int:

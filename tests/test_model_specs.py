@@ -61,8 +61,7 @@ def test_a_model_of_every_torchvision_task_traces_offline(name):
     assert len(graph) > 20 and graph.total("ops") > 0
     assert graph.input_shapes == resolve_model(f"torchvision:{name}", device="meta").input_shapes or \
         name in TRACED["detection"]          # a detection model's input is a list of (3, H, W) images
-    if name not in TRACED["detection"]:      # detection keeps nms, topk, roi_align ... as unknown kinds
-        assert not graph.unknown_layers(), [(layer.name, layer.op) for layer in graph.unknown_layers()]
+    assert not graph.unknown_layers(), [(layer.name, layer.op) for layer in graph.unknown_layers()]
 
 
 def test_default_inputs_follow_the_task():

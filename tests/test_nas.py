@@ -150,3 +150,21 @@ def test_block_cache_keys_include_the_input_shape_and_width_scales_fused_kernels
     ops = width.features(torch.tensor([2.0]))[:, 0] / width.base[:, 0]
     kinds = width.table.kinds
     assert [float(r) for r, k in zip(ops, kinds) if k == "conv_pool"] == [2.0, 4.0]
+
+
+def test_candidates_and_lut_building_show_a_progress_bar_only_when_asked_or_on_a_terminal(est, capsys, monkeypatch):
+    from annette_torch.nas import cache as cache_module
+    monkeypatch.setattr(cache_module, "PROGRESS_DELAY_S", 0)    # show it at once (it waits 0.5 s otherwise)
+    space = MobileNetV2Space(resolution=32, classes=10)
+    archs = [space.mobilenet_v2(), space.sample(random.Random(0))]
+    cache = SignatureCache(est)
+    quiet = cache.candidates(space, archs)                      # pytest's stderr is no terminal: no bar
+    assert capsys.readouterr().err == ""
+    shown = cache.candidates(space, archs, progress=True)
+    bar = capsys.readouterr().err
+    assert "candidates:" in bar and "/2 [" in bar and [c.time_ms for c in shown] == [c.time_ms for c in quiet]
+    cache.candidates(space, archs, progress=False)
+    LatencyLUT.build(SignatureCache(est), _positions(), progress=False)
+    assert capsys.readouterr().err == ""
+    LatencyLUT.build(SignatureCache(est), _positions(), progress=True)
+    assert "latency table" in capsys.readouterr().err

@@ -205,3 +205,31 @@ def test_shape_inference_failure_names_file_and_node(tmp_path):
     assert graph.layers[-1].output_shapes == ((3, 5),)
     with pytest.raises(TraceError, match=r"head: ONNX shape inference failed.*node name: /2/Gemm"):
         import_onnx(path, input_shape=(1, 9, 4, 4))
+
+
+class TokenModel(nn.Module):
+    """Token ids -> an embedding -> a linear, plus a gather from the activation."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(5000, 32)
+        self.fc = nn.Linear(32, 8)
+
+    def forward(self, ids):
+        x = self.fc(self.embed(ids))
+        return x[:, 0]
+
+
+def test_an_exported_embedding_is_the_embedding_kind_reading_the_rows_it_gathers(tmp_path):
+    ids = torch.zeros(2, 12, dtype=torch.int64)
+    path = tmp_path / "tokens.onnx"
+    torch.onnx.export(TokenModel().eval(), (ids,), str(path), dynamo=False)
+    graph = import_onnx(path)
+    (lookup,) = [layer for layer in graph if layer.kind == "embedding"]
+    traced = annette_torch.trace(TokenModel().eval(), example_inputs=(ids,)).layers[0]
+    assert lookup.attrs == traced.attrs == {"num_embeddings": 5000, "embedding_dim": 32}
+    assert lookup.input_shapes[0] == (2, 12) and lookup.counts.input_elems == 24
+    assert lookup.counts.weight_elems == 2 * 12 * 32 == traced.counts.weight_elems      # rows x width, not the table
+    assert lookup.counts.stored_weight_elems == 5000 * 32
+    assert [layer.kind for layer in graph if layer.kind == "slice"], "x[:, 0] of an activation stays a slice"
+    assert annette_torch.Estimator("openvino-cpu")(graph) > 0

@@ -11,12 +11,12 @@ profile (:mod:`annette_torch.backends`: export, compile, run, per-kernel report)
 graph matcher (:mod:`.matcher`: kernels → layers, fused / not-fused / possibly-fused) →
 measurement store (:mod:`.store`: append-only, resumable), driven by :mod:`.campaign`.
 """
-from .campaign import CampaignSummary, dry_run_campaign, measure_benchmark, run_campaign
+from .campaign import CampaignStopped, CampaignSummary, dry_run_campaign, measure_benchmark, run_campaign
 from .generator import FAMILIES, build_benchmark
 from .matcher import match_kernels
 from .store import MeasurementStore, StoreError, load_measurements
 from .sweep import BenchmarkSpec, SweepError, load_sweep
 
-__all__ = ["FAMILIES", "BenchmarkSpec", "CampaignSummary", "MeasurementStore", "StoreError", "SweepError",
+__all__ = ["FAMILIES", "BenchmarkSpec", "CampaignStopped", "CampaignSummary", "MeasurementStore", "StoreError", "SweepError",
            "build_benchmark", "dry_run_campaign", "load_measurements", "load_sweep", "match_kernels", "measure_benchmark",
            "run_campaign"]

@@ -26,6 +26,14 @@ command again. The worker's console output (runtime logs) goes to ``worker.log``
 store folder. ``minutes`` bounds the wall time of one run of the campaign, for campaigns
 done in chunks: near the limit chunks shrink to what fits, so a run ends within about
 one benchmark of it.
+
+Settings in range can still fail every benchmark (a ``--timeout`` shorter than any
+round, a runtime that cannot start, a board that is down). When
+``stop_after_failures`` (default :data:`STOP_AFTER_FAILURES`) benchmarks in a row fail
+with the same error, the campaign stops with :class:`CampaignStopped` and records none
+of them: they are measured again when the command runs again with the cause fixed.
+Failures are committed only once a success or another error breaks their run (or the
+campaign ends), so an interrupted campaign measures its last failures again.
 """
 from __future__ import annotations
 
@@ -34,6 +42,7 @@ import datetime
 import math
 import multiprocessing
 import os
+import re
 import time
 from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection
@@ -82,6 +91,61 @@ _ATTEMPTS = 3
 CHUNK = 8
 #: the campaign's default rounds and timed inferences per round (about the 25 runs of one round before)
 ROUNDS, REPEATS = 2, 12
+#: benchmarks in a row failing with the same error that stop a campaign (:class:`CampaignStopped`)
+STOP_AFTER_FAILURES = 5
+
+
+class CampaignStopped(RuntimeError):
+    """Several benchmarks in a row failed with the same error: most likely the campaign's
+    settings or its machine, not the benchmarks. None of them was recorded as failed."""
+
+
+def failure_kind(error: str) -> str:
+    """What a failure message says, its numbers left out (``timeout: no result after # s
+    (worker killed)``): two benchmarks failing alike have the same kind."""
+    return re.sub(r"\d+(?:\.\d+)?", "#", error.strip().splitlines()[0] if error.strip() else "")
+
+
+def cause_hint(error: str, timeout_s: float) -> str:
+    """What to fix when measuring failed with ``error`` under a ``timeout_s`` per round."""
+    if failure_kind(error).startswith("timeout"):
+        return f"--timeout {timeout_s:g} s is shorter than one round of measuring; give a longer one"
+    return "Check the backend's settings and worker.log in the store folder"
+
+
+class _FailureRun:
+    """The failures since the last success, held back from the store while they are all
+    of one kind: committed (``store.append`` of a failed row) when a success or a failure
+    of another kind ends the run, or at :meth:`flush`; :class:`CampaignStopped` once
+    ``limit`` benchmarks failed alike (0: never)."""
+
+    def __init__(self, store: MeasurementStore, counts: dict[str, int], limit: int, timeout_s: float) -> None:
+        self.store, self.counts, self.limit, self.timeout_s = store, counts, limit, timeout_s
+        self.pending: list[tuple[BenchmarkSpec, str, float]] = []
+
+    def failed(self, spec: BenchmarkSpec, error: str, wall_s: float) -> None:
+        if self.pending and failure_kind(self.pending[-1][1]) != failure_kind(error):
+            self.flush()
+        self.pending.append((spec, error, wall_s))
+        if self.limit and len(self.pending) >= self.limit:
+            held = len(self.pending)
+            self.pending = []
+            raise CampaignStopped(
+                f"stopped the campaign: {held} benchmarks in a row failed with the same error ({error}); the cause is "
+                f"most likely a setting of the campaign or the machine, not the benchmarks, so none of them was "
+                f"recorded as failed. {cause_hint(error, self.timeout_s)}, then run the same command again "
+                f"({self.counts['measured']} benchmark(s) measured by this run are in {self.store.folder})")
+
+    def succeeded(self) -> None:
+        self.flush()
+
+    def flush(self) -> None:
+        """Commit the failures held back."""
+        for spec, error, wall_s in self.pending:
+            self.store.append({"benchmark": spec.id, "family": spec.family, "spec": spec.to_json(),
+                               "status": "failed", "error": error, "wall_s": wall_s, "finished_utc": _now()}, [])
+            self.counts["failed"] += 1
+        self.pending = []
 
 
 def _noise(latency: Any, rows: list[dict]) -> float:
@@ -288,13 +352,15 @@ class _Worker:
             self._process = None
 
 
-def check_options(threads: int = 1, minutes: float | None = None, timeout_s: float | None = None) -> None:
+def check_options(threads: int = 1, minutes: float | None = None, timeout_s: float | None = None,
+                  stop_after_failures: int = STOP_AFTER_FAILURES) -> None:
     """:class:`~annette_torch.validation.DataError` naming the option unless ``threads`` is
-    a positive integer, ``minutes`` a non-negative number and ``timeout_s`` a positive one
-    (None: no limit, the backend's timeout). Checked, with the :class:`Protocol`'s own
-    checks, before a campaign opens its store: settings that fail every benchmark would
-    record them all as failed."""
+    a positive integer, ``minutes`` a non-negative number, ``timeout_s`` a positive one
+    (None: no limit, the backend's timeout) and ``stop_after_failures`` an integer >= 0.
+    Checked, with the :class:`Protocol`'s own checks, before a campaign opens its store:
+    settings that fail every benchmark would record them all as failed."""
     integer(threads, "--threads (threads)", 1)
+    integer(stop_after_failures, "--stop-after-failures (stop_after_failures)", 0)
     if minutes is not None:
         number(minutes, "--minutes (minutes)", low=0)
     if timeout_s is not None:
@@ -333,7 +399,8 @@ def run_campaign(backend_name: str, sweep: str | Sequence[BenchmarkSpec], out: s
                  threads: int = 1, precision: str | None = None, minutes: float | None = None,
                  timeout_s: float | None = None, warmup: int = 5, repeats: int = REPEATS, progress: bool = True,
                  backend_options: dict[str, Any] | None = None, retry_failed: bool = False, rounds: int = ROUNDS,
-                 statistic: str = DEFAULT_STATISTIC, drift: str = "none") -> CampaignSummary:
+                 statistic: str = DEFAULT_STATISTIC, drift: str = "none",
+                 stop_after_failures: int = STOP_AFTER_FAILURES) -> CampaignSummary:
     """Measure the benchmarks of ``sweep`` (a sweep name, a CSV path, or specs) that the
     store under ``out`` lacks (see module doc) with the protocol of ``rounds``,
     ``warmup``, ``repeats``, ``statistic`` and ``drift`` (see :class:`~..measure.protocol.Protocol`).
@@ -342,8 +409,10 @@ def run_campaign(backend_name: str, sweep: str | Sequence[BenchmarkSpec], out: s
     ``backend_options`` go to the backend's constructor besides threads and precision
     (e.g. a board's ``config`` file). ``retry_failed``: measure again the benchmarks whose
     last attempt failed (a board that was down); a success is appended and supersedes
-    the failure. Options are checked first (:func:`check_options`)."""
-    check_options(threads, minutes, timeout_s)
+    the failure. ``stop_after_failures``: stop with :class:`CampaignStopped`, recording
+    none of them, when that many benchmarks in a row fail with the same error (0: never).
+    Options are checked first (:func:`check_options`)."""
+    check_options(threads, minutes, timeout_s, stop_after_failures)
     backend = get_backend(backend_name, threads=threads, precision=precision, **(backend_options or {}))
     check_drift(backend, drift)
     protocol = Protocol(rounds=rounds, warmup=warmup, repeats=repeats, statistic=statistic, drift=drift)
@@ -362,6 +431,7 @@ def run_campaign(backend_name: str, sweep: str | Sequence[BenchmarkSpec], out: s
         worker = _Worker(backend_name, options, warmup, repeats, protocol.canary_repeats,
                          str(store.folder / "worker.log"))
         counts = {"measured": 0, "failed": 0, "layer_rows": 0}
+        failures = _FailureRun(store, counts, stop_after_failures, timeout_s)
         stopped_early = False
         cpu_start = read_cpu_times()
         canary_values: list[float] = []
@@ -379,10 +449,12 @@ def run_campaign(backend_name: str, sweep: str | Sequence[BenchmarkSpec], out: s
                     size = CHUNK if remaining is None or benchmark_s is None else \
                         max(1, min(CHUNK, math.floor(remaining / benchmark_s)))
                     chunk = todo[position:position + size]
-                    canary_values += _measure_chunk(chunk, worker, protocol, record, store, timeout_s, counts, bar)
+                    canary_values += _measure_chunk(chunk, worker, protocol, record, store, timeout_s, counts,
+                                                    failures, bar)
                     position += len(chunk)
                     benchmark_s = (time.monotonic() - start) / position
-                    bar.set_postfix(failed=counts["failed"])
+                    bar.set_postfix(failed=counts["failed"] + len(failures.pending))
+            failures.flush()
         finally:
             worker.stop()
         machine = between(cpu_start, read_cpu_times(), threads, spread_of(canary_values) if len(canary_values) > 1
@@ -396,9 +468,10 @@ def _now() -> str:
 
 
 def _measure_chunk(chunk: list[BenchmarkSpec], worker: _Worker, protocol: Protocol, record: dict[str, Any],
-                   store: MeasurementStore, timeout_s: float, counts: dict[str, int], bar: Any) -> list[float]:
+                   store: MeasurementStore, timeout_s: float, counts: dict[str, int], failures: _FailureRun,
+                   bar: Any) -> list[float]:
     """Measure one chunk in interleaved rounds and commit each benchmark as soon as it is
-    done (failures after the chunk); returns the canary values of the chunk."""
+    done (failures through ``failures``); returns the canary values of the chunk."""
     by_id = {spec.id: spec for spec in chunk}
     walls: dict[str, float] = {spec.id: 0.0 for spec in chunk}
 
@@ -408,7 +481,9 @@ def _measure_chunk(chunk: list[BenchmarkSpec], worker: _Worker, protocol: Protoc
     def canary() -> list[float]:
         answer = ask("canary", None)
         if answer[0] != "ok":
-            raise RuntimeError(f"timing the canary failed: {answer[1]}; see worker.log in the store folder")
+            raise CampaignStopped(f"stopped the campaign: timing the canary (the drift reference measured before "
+                                  f"each benchmark) failed: {answer[1]}. {cause_hint(answer[1], timeout_s)}, then "
+                                  f"run the same command again (the store is in {store.folder})")
         return answer[1]
 
     def measure(key: str) -> Profiled:
@@ -416,24 +491,21 @@ def _measure_chunk(chunk: list[BenchmarkSpec], worker: _Worker, protocol: Protoc
         answer = ask("round", by_id[key].to_json())
         walls[key] += time.perf_counter() - began
         if answer[0] != "ok":
+            failures.failed(by_id[key], answer[1], walls[key])
             raise ItemFailed(answer[1])
+        failures.succeeded()
         return answer[1]
 
     def commit(key: str, rounds: list[Profiled], factors: list[float]) -> None:
         spec = by_id[key]
         answer = ask("rows", (spec.to_json(), merge_rounds(rounds, factors), protocol.statistic, walls[key]))
         if answer[0] != "ok":
-            fail(spec, answer[1])
+            failures.failed(spec, answer[1], walls[key])
             return
         _, network, rows = answer
         store.append({**network, "finished_utc": _now()}, rows)
         counts["measured"] += 1
         counts["layer_rows"] += len(rows)
-
-    def fail(spec: BenchmarkSpec, error: str) -> None:
-        store.append({"benchmark": spec.id, "family": spec.family, "spec": spec.to_json(), "status": "failed",
-                      "error": error, "wall_s": walls[spec.id], "finished_utc": _now()}, [])
-        counts["failed"] += 1
 
     use_canary = protocol.drift == "canary"
     if use_canary and record.get("canary_ms") is None:
@@ -442,6 +514,4 @@ def _measure_chunk(chunk: list[BenchmarkSpec], worker: _Worker, protocol: Protoc
         write_record(store.folder, record)
     session = interleave(list(by_id), measure, protocol, canary if use_canary else None, record.get("canary_ms"),
                          commit, progress=bar)
-    for key, error in session.failures.items():
-        fail(by_id[key], error)
     return session.canary_ms

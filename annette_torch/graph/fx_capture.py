@@ -20,7 +20,7 @@ from torch import fx, nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from ..kinds import canonical_op
-from .errors import REAL_RUN_MAX_BYTES, HeldTensors, LayerExecutionError
+from .errors import REAL_RUN_MAX_BYTES, REAL_RUN_MAX_INPUT_BYTES, HeldTensors, LayerExecutionError
 from .layer_graph import Layer
 from .recognize import BOOKKEEPING_OPS, CallRecord, build_layer, classify, is_leaf_module, tensor_leaves
 
@@ -268,11 +268,13 @@ class MetaLimitation(NotImplementedError):
 def _explain_meta_failure(node: fx.Node, root: nn.Module, args: tuple, kwargs: dict,
                           error: Exception) -> Exception:
     """Re-run a failing op once on real zero tensors: its own error message is clearer than
-    the meta kernel's; if it succeeds, the failure was a meta limitation."""
+    the meta kernel's; if it succeeds, the failure was a meta limitation. Inputs above
+    :data:`~.errors.REAL_RUN_MAX_INPUT_BYTES` are not tried (a meta limitation then, for
+    the real-tensor fallback and its memory limit to decide)."""
     module = root.get_submodule(node.target) if node.op == "call_module" else root
     device = next((t.device for t in list(module.parameters()) + list(module.buffers())), torch.device("cpu"))
     size = sum(t.numel() * t.element_size() for t in tensor_leaves((args, kwargs)))
-    if size > REAL_RUN_MAX_BYTES:       # too large to try for real: let the fallback's memory limit speak
+    if size > REAL_RUN_MAX_INPUT_BYTES:  # too large to try for real: let the fallback's memory limit speak
         return MetaLimitation(f"{type(error).__name__} on meta tensors: {error}")
 
     def real(value: Any) -> Any:

@@ -94,7 +94,8 @@ class LayerGraph:
         every layer all of whose parents are such layers: a conv applied to a NAS cell's
         zero node), and repeats of a parameter-free layer, the same op with the same
         attributes on the same inputs (two 3x3 average pools of one tensor are computed
-        once)."""
+        once). A layer reading a parent with several outputs (a split, a chunk) is never a
+        repeat: the graph does not say which of them it reads."""
         if "folded" not in self._cache:
             constant: set[str] = set()
             same_as: dict[str, str] = {}        # a repeated layer -> the first one computing it
@@ -103,7 +104,8 @@ class LayerGraph:
                 if layer.kind == "constant" or (layer.parents and not layer.reads_input
                                                 and all(p in constant for p in layer.parents)):
                     constant.add(layer.name)
-                elif layer.counts.weight_elems == 0 and layer.parents and not layer.free:
+                elif (layer.counts.weight_elems == 0 and layer.parents and not layer.free
+                      and all(len(self[p].output_shapes) <= 1 for p in layer.parents)):
                     inputs = tuple(same_as.get(p, p) for p in layer.parents)
                     key = (layer.kind, layer.op, inputs, layer.input_shapes, repr(sorted(layer.attrs.items())))
                     if key in first:

@@ -14,6 +14,10 @@ torch model gives (nearly) the same kernels as tracing the model itself:
   shared weight, a ``DequantizeLinear`` of a quantised weight) are constants: float
   constants of rank >= 1 are the layer's weights, integer and scalar constants (shapes,
   axes, pads, ``Clip`` bounds) are settings like the Python numbers of a torch call;
+* a ``Gather`` along axis 0 of a float weight table of rank 2 by activation indices is
+  what ``nn.Embedding`` exports: an ``embedding`` layer that reads its indices and the
+  rows they pick (as traced from torch), not a ``slice`` reading the whole table; a
+  ``Gather`` of an activation stays a ``slice``;
 * ``Shape`` and ``Size`` nodes are bookkeeping (``x.size()`` in torch), never layers, so
   the ``Shape -> Gather -> Concat -> Reshape`` chains of exported ``view`` calls leave
   only the ``Reshape`` layer;
@@ -326,12 +330,18 @@ def _build_layer(node: onnx.NodeProto, name: str, tensors: _Tensors, producers: 
     if node.op_type in ("Conv", "ConvTranspose") and node.domain in _STANDARD_DOMAINS:
         _check_channels(node, tensors, where)
 
-    kind = kind_for_onnx(node.op_type) if node.domain in _STANDARD_DOMAINS else None
+    table = _embedding_table(node, tensors, producers)
+    if table is not None:              # the torch order of F.embedding's operands: indices, then the table
+        in_shapes, is_weight = in_shapes[::-1], is_weight[::-1]
+        kind, read_attrs = KINDS["embedding"], lambda view: {"num_embeddings": table[0], "embedding_dim": table[1]}
+    else:
+        kind = kind_for_onnx(node.op_type) if node.domain in _STANDARD_DOMAINS else None
+        read_attrs = _ATTRS.get(node.op_type, lambda view: {})
     attrs: dict[str, Any] = {"op": node.op_type}
     counts = None
     if kind is not None:
         try:
-            attrs = _ATTRS.get(node.op_type, lambda view: {})(_NodeView(node, tensors, where))
+            attrs = read_attrs(_NodeView(node, tensors, where))
             counts = layer_counts(kind, attrs, in_shapes, out_shapes, is_weight)
         except Exception as error:  # noqa: BLE001 - an unusual node becomes an unknown layer
             attrs = {"op": node.op_type, "note": f"{kind.name} attributes unreadable: {first_line(error)}"}
@@ -341,6 +351,21 @@ def _build_layer(node: onnx.NodeProto, name: str, tensors: _Tensors, producers: 
     return Layer(name=name, kind=kind.resolve(attrs), op=node.op_type, module_path=node.name,
                  input_shapes=tuple(in_shapes), output_shapes=tuple(out_shapes), attrs=attrs,
                  parents=tuple(parents), counts=counts, reads_input=reads_input)
+
+
+def _embedding_table(node: onnx.NodeProto, tensors: _Tensors, producers: dict[str, str]) -> Shape | None:
+    """The (rows, width) of the table an exported ``nn.Embedding`` gathers from: a
+    standard ``Gather`` along axis 0 whose data is a float constant of rank 2 and whose
+    indices are an activation; None for any other node."""
+    if node.op_type != "Gather" or node.domain not in _STANDARD_DOMAINS or len(node.input) != 2:
+        return None
+    data, indices = node.input
+    axis = next((helper.get_attribute_value(a) for a in node.attribute if a.name == "axis"), 0)
+    shape = tensors.known_shape(data)
+    if axis != 0 or data in producers or indices not in producers or not tensors.is_float(data) \
+            or shape is None or len(shape) != 2:
+        return None
+    return shape
 
 
 def _check_channels(node: onnx.NodeProto, tensors: _Tensors, where: str) -> None:

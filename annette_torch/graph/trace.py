@@ -37,8 +37,9 @@ def _as_inputs(input_shape, example_inputs, device: str) -> list[torch.Tensor]:
     if example_inputs is not None:
         if isinstance(example_inputs, torch.Tensor):
             example_inputs = (example_inputs,)
-        if device != "meta":
-            return list(example_inputs)
+        if device != "meta":           # a meta example input stands for zeros of its shape and dtype
+            return [tree_map_only(torch.Tensor, lambda t: torch.zeros(t.shape, dtype=t.dtype, device=device)
+                                  if t.is_meta else t, value) for value in example_inputs]
         return [tree_map_only(torch.Tensor, lambda t: t.to("meta"), value) for value in example_inputs]
     if input_shape is None:
         raise ValueError("trace() needs input_shape=(N, C, H, W) (or a list of shapes) or example_inputs=(...)")
@@ -72,7 +73,9 @@ def trace(model: nn.Module, input_shape: ShapeLike | Sequence[ShapeLike] | None 
 
     ``input_shape`` is one shape or a list of shapes (float32 zeros are used);
     ``example_inputs`` are the forward's positional arguments: real tensors (use them for
-    integer inputs, e.g. token ids), lists of tensors, or other values passed as they are.
+    integer inputs, e.g. token ids), lists of tensors, or other values passed as they are;
+    a tensor on the meta device stands for zeros of its shape and dtype, made only if a
+    real-tensor fallback runs (within its memory limit), so large inputs cost no memory.
     ``leaf_modules`` are module classes to record whole instead of tracing into them.
     The model is put in neither train nor eval mode: call ``model.eval()`` first for
     inference estimates (dropout and batch-norm behave as in the mode it is in).

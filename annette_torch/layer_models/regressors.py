@@ -59,9 +59,10 @@ REGRESSION_INPUTS: tuple[str, ...] = (tuple(f"log_{name}" for name in COLUMN) + 
 
 
 def regression_inputs(features: Any, xp: Any = np) -> Any:
-    """The (kernels x :data:`REGRESSION_INPUTS`) matrix a regressor reads."""
+    """The (kernels x :data:`REGRESSION_INPUTS`) matrix a regressor reads; an empty
+    dimension (a kernel on 0 boxes) has utilisation 0, not 0/0."""
     moved = features[:, COLUMN["input_elems"]] + features[:, COLUMN["output_elems"]] + features[:, COLUMN["weight_elems"]]
-    use = [features[:, COLUMN[d]] / (xp.ceil(features[:, COLUMN[d]] / v) * v) for d, v in ALIGNMENTS]
+    use = [features[:, COLUMN[d]] / xp.clip(xp.ceil(features[:, COLUMN[d]] / v) * v, v, None) for d, v in ALIGNMENTS]
     return xp.concatenate([xp.log1p(xp.concatenate([features, moved[:, None]], 1)), xp.stack(use, 1)], 1)
 
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 import os
 from pathlib import Path
@@ -32,6 +31,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..kinds import FEATURES
+from ..validation import DataError, read_json, read_text
 
 KERNEL_COLUMNS = ("signature", "kind", "fused", *FEATURES, "time_ms", "spread", "occurrences", "tie", "network",
                   "measured_utc")
@@ -62,7 +62,6 @@ def _table_under(root: Path, fingerprint: dict[str, Any]) -> Path:
     """The one table folder directly under ``root`` measured with ``fingerprint``'s backend,
     threads and precision (``root`` itself when there is none, so the caller's error names it)."""
     from ..calibration.store import store_folders
-    from ..validation import read_json
 
     matches = []
     for candidate in store_folders(root):
@@ -110,10 +109,10 @@ class MeasuredKernels:
             raise KernelTableError(f"{folder} is not a table of measured kernels (no fingerprint.json); "
                                    f"make one with annette-torch calibrate --for MODEL --backend B --out DIR")
         try:
-            fingerprint = json.loads(fingerprint_path.read_text())
+            fingerprint = read_json(fingerprint_path, "measured-kernels fingerprint")
             record = read_record(folder)
-        except ValueError as error:
-            raise KernelTableError(f"{fingerprint_path}: {error}") from None
+        except DataError as error:
+            raise KernelTableError(str(error)) from None
         if not isinstance(fingerprint, dict) or not all(k in fingerprint for k in MATCHING):
             raise KernelTableError(f"{fingerprint_path}: needs the fields {', '.join(MATCHING)}")
         return cls(folder, fingerprint, record, read_kernels(folder / KERNELS_FILE))
@@ -135,17 +134,25 @@ class MeasuredKernels:
 
 
 def read_kernels(path: Path) -> dict[str, float]:
-    """Signature -> time of ``kernels.csv`` (empty when missing); the last row of a
-    signature wins; ``KernelTableError`` names the line of a malformed row."""
-    if not path.is_file():
+    """Signature -> time of ``kernels.csv`` (empty when missing), read through the
+    validation layer (a regular file within its size limit); the last row of a signature
+    wins; ``KernelTableError`` names the file, and the line of a malformed row."""
+    if not path.exists():
         return {}
-    text = path.read_text()
+    try:
+        text = read_text(path, "measured-kernels table")
+    except DataError as error:
+        raise KernelTableError(str(error)) from None
     complete = text[: text.rfind("\n") + 1]                  # a last line cut by a kill is left out
     reader = csv.DictReader(io.StringIO(complete))
-    if tuple(reader.fieldnames or ()) != KERNEL_COLUMNS:
+    try:
+        header, rows = tuple(reader.fieldnames or ()), list(reader)
+    except csv.Error as error:
+        raise KernelTableError(f"{path} line {reader.line_num}: not readable as CSV ({error})") from None
+    if header != KERNEL_COLUMNS:
         raise KernelTableError(f"{path}: the header must be {','.join(KERNEL_COLUMNS)}")
     times = {}
-    for line, row in enumerate(reader, start=2):
+    for line, row in enumerate(rows, start=2):
         try:
             time_ms = float(row["time_ms"])
         except (TypeError, ValueError):

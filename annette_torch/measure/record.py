@@ -15,7 +15,6 @@ another protocol. Written atomically.
 from __future__ import annotations
 
 import json
-import math
 import os
 from datetime import datetime, timezone
 from pathlib import Path
@@ -23,6 +22,7 @@ from typing import Any
 
 from ..atomic import atomic_path
 from .canary import CANARY_NAME
+from ..validation import DataError, number, read_json
 from .protocol import DRIFTS, STATISTICS, Protocol
 
 RECORD_FILE = "protocol.json"
@@ -31,25 +31,24 @@ LEGACY = {"statistic": "median", "drift": "none", "canary": None, "canary_ms": N
 
 
 def read_record(folder: str | os.PathLike) -> dict[str, Any] | None:
-    """The record of ``folder`` (None when it has none); ``ValueError`` naming the file
-    and field when it is malformed."""
+    """The record of ``folder`` (None when it has none), read through the validation
+    layer (:func:`~annette_torch.validation.read_json`: a regular file within the size and
+    nesting limits); :class:`~annette_torch.validation.DataError` naming the file and
+    field when it is malformed."""
     path = Path(folder) / RECORD_FILE
-    if not path.is_file():
+    if not path.exists():
         return None
-    try:
-        record = json.loads(path.read_text())
-    except json.JSONDecodeError as error:
-        raise ValueError(f"{path}: not valid JSON ({error})") from None
+    record = read_json(path, "protocol record")
+    where = f"protocol record {path}"
     if not isinstance(record, dict):
-        raise ValueError(f"{path}: expected a JSON object")
+        raise DataError(f"{where}: expected a JSON object, got {type(record).__name__}")
     if record.get("statistic") not in STATISTICS:
-        raise ValueError(f"{path}: field 'statistic' must be one of {', '.join(STATISTICS)}, got {record.get('statistic')!r}")
+        raise DataError(f"{where}: field 'statistic' must be one of {', '.join(STATISTICS)}, "
+                        f"got {record.get('statistic')!r}")
     if record.get("drift") not in DRIFTS:
-        raise ValueError(f"{path}: field 'drift' must be one of {', '.join(DRIFTS)}, got {record.get('drift')!r}")
-    reference = record.get("canary_ms")
-    if reference is not None and not (isinstance(reference, (int, float)) and not isinstance(reference, bool)
-                                      and math.isfinite(reference) and reference > 0):
-        raise ValueError(f"{path}: field 'canary_ms' must be a positive number or null, got {reference!r}")
+        raise DataError(f"{where}: field 'drift' must be one of {', '.join(DRIFTS)}, got {record.get('drift')!r}")
+    if record.get("canary_ms") is not None:
+        number(record["canary_ms"], f"{where}: field 'canary_ms' (a positive number or null)", low=0, low_open=True)
     return record
 
 

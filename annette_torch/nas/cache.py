@@ -12,6 +12,12 @@ prediction):
 
 Blocks are estimated in isolation: fusion across a block boundary is not modelled (in the
 MobileNetV2-style space every fusable chain lies inside a block).
+
+Estimating many candidates (:meth:`SignatureCache.candidates`, and building a
+:class:`~annette_torch.nas.LatencyLUT`) shows a tqdm progress bar once the call has run
+for :data:`PROGRESS_DELAY_S` (so when it traces, not when the cache answers), on a
+terminal only; ``progress=False`` turns it off, ``True`` on. The bar leaves nothing
+behind when it closes.
 """
 from __future__ import annotations
 
@@ -21,12 +27,24 @@ from typing import Callable, Hashable, Iterable
 import numpy as np
 import torch
 from torch import nn
+from tqdm import tqdm
 
 from ..estimator import Estimator
 from ..graph import LayerGraph, trace
 from ..kinds import FEATURES
 
 _OPS, _WEIGHTS = FEATURES.index("ops"), FEATURES.index("weight_elems")
+#: seconds a call estimating many candidates runs before its progress bar appears
+PROGRESS_DELAY_S = 0.5
+
+
+def progress_bar(iterable: Iterable | None = None, total: int | None = None, desc: str = "",
+                 progress: bool | None = None) -> tqdm:
+    """A tqdm bar over ``iterable`` (or of ``total`` steps) that appears after
+    :data:`PROGRESS_DELAY_S` and disappears when closed; ``progress``: None shows it on
+    a terminal only, False never, True always."""
+    return tqdm(iterable, total=total, desc=desc, unit="candidate", leave=False, dynamic_ncols=True,
+                delay=PROGRESS_DELAY_S, disable=None if progress is None else not progress)
 
 
 @dataclass(frozen=True)
@@ -64,7 +82,9 @@ class SignatureCache:
     def graph_time_ms(self, graph: LayerGraph) -> float:
         """Sum of the kernel times of ``graph``; unseen kernel signatures are predicted (one
         vectorized call per kind) and remembered. Equals ``estimator(graph)`` minus the
-        profile's per-inference overhead."""
+        profile's per-inference overhead; a predicted time that is NaN, negative or
+        infinite is an :class:`~annette_torch.estimator.EstimateError` naming the kernel, as
+        in an estimate (never a NaN in the cache)."""
         table = self.estimator.kernel_table(graph)
         keys = [(kind, fused[1:], row.tobytes()) for kind, fused, row in zip(table.kinds, table.layer_kinds, table.features)]
         measured = self.estimator.measured_ms(table)
@@ -79,6 +99,7 @@ class SignatureCache:
         for kind, rows in by_kind.items():
             model = self.estimator.group_model(table, kind, np.array(rows))
             seconds, _ = model.predict(table.features[rows])
+            self.estimator.checked_sum(graph, table, kind, np.array(rows), np.atleast_1d(seconds))
             for i, s in zip(rows, np.atleast_1d(seconds)):
                 self.kernels[keys[i]] = float(s) * 1e3
         return float(sum(self.kernels[key] for i, key in enumerate(keys) if not table.free[i]))
@@ -107,7 +128,9 @@ class SignatureCache:
             time_ms, ops, weights = time_ms + cost.time_ms, ops + cost.ops, weights + cost.weights
         return BlockCost(time_ms + self.estimator.profile.overhead_ms, ops, weights)
 
-    def candidates(self, space, archs: Iterable) -> list[BlockCost]:
+    def candidates(self, space, archs: Iterable, progress: bool | None = None) -> list[BlockCost]:
         """Batched estimation of many architectures of one space (anything with a
-        ``blocks(arch)`` method returning (signature, build, input shape) triples)."""
-        return [self.blocks_cost(space.blocks(arch)) for arch in archs]
+        ``blocks(arch)`` method returning (signature, build, input shape) triples), with a
+        progress bar when it takes a while (see the module doc for ``progress``)."""
+        with progress_bar(archs, desc="candidates", progress=progress) as bar:
+            return [self.blocks_cost(space.blocks(arch)) for arch in bar]

@@ -9,6 +9,11 @@ once. The expected latency of the architecture distribution is
     E[T] = fixed_ms + sum_p sum_c softmax(logits_p / tau)_c * T[p, c]
 
 (or Gumbel-softmax samples instead of the softmax), differentiable in the logits.
+
+No latency here is NaN: a table's valid entries and ``fixed_ms`` must be finite and
+non-negative, logits must not be NaN or +inf, ``tau``, ``target_ms`` and the loss weight
+must be finite (positive where they divide), and a position whose valid candidates all
+have logit -inf is an error naming it (its softmax would be NaN).
 """
 from __future__ import annotations
 
@@ -19,11 +24,17 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .cache import SignatureCache
+from ..validation import number
+from .cache import SignatureCache, progress_bar
 
 #: One candidate: (signature, build function). A position: (input shape, candidates).
 Candidate = tuple[Hashable, Callable[[], nn.Module]]
 Position = tuple[tuple[int, ...], Sequence[Candidate]]
+
+
+def _scalar(value: object) -> object:
+    """A one-element tensor as a Python number (for the checks); anything else as it is."""
+    return value.item() if isinstance(value, torch.Tensor) and value.numel() == 1 else value
 
 
 @dataclass
@@ -36,17 +47,45 @@ class LatencyLUT:
     valid: torch.Tensor
     fixed_ms: float = 0.0
 
+    def __post_init__(self) -> None:
+        """``ValueError`` unless ``valid`` is a boolean mask of the table's shape, every
+        valid entry a finite time >= 0 and ``fixed_ms`` one too; invalid entries become 0
+        (so that weight 0 times them is 0, not NaN)."""
+        self.table_ms, self.valid = torch.as_tensor(self.table_ms), torch.as_tensor(self.valid)
+        if self.table_ms.ndim != 2 or self.valid.dtype != torch.bool or self.valid.shape != self.table_ms.shape:
+            raise ValueError(f"LatencyLUT: table_ms must be a (positions x candidates) tensor and valid a boolean "
+                             f"mask of its shape, got {tuple(self.table_ms.shape)} and {self.valid.dtype} "
+                             f"{tuple(self.valid.shape)}")
+        times = self.table_ms.detach()
+        bad = self.valid & ~(torch.isfinite(times) & (times >= 0))
+        if bool(bad.any()):
+            p, c = (int(i) for i in torch.nonzero(bad)[0])
+            raise ValueError(f"LatencyLUT: table_ms[{p}, {c}] is {float(times[p, c])}; the time of a valid "
+                             f"candidate must be a finite number of ms >= 0")
+        if not bool(self.valid.any(dim=1).all()):
+            raise ValueError(f"LatencyLUT: position {int(torch.nonzero(~self.valid.any(dim=1))[0])} has no valid "
+                             f"candidate")
+        self.fixed_ms = number(_scalar(self.fixed_ms), "LatencyLUT: fixed_ms", low=0)
+        self.table_ms = self.table_ms.masked_fill(~self.valid, 0.0)
+
     @classmethod
     def build(cls, cache: SignatureCache, positions: Sequence[Position],
-              fixed: Sequence[tuple[Hashable, Callable[[], nn.Module], tuple[int, ...]]] = ()) -> LatencyLUT:
-        """Estimate every candidate of every position (and the fixed blocks) once."""
+              fixed: Sequence[tuple[Hashable, Callable[[], nn.Module], tuple[int, ...]]] = (),
+              progress: bool | None = None) -> LatencyLUT:
+        """Estimate every candidate of every position (and the fixed blocks) once, with a
+        progress bar when it takes a while (``progress``: see :mod:`.cache`)."""
+        if not positions or not all(len(candidates) for _, candidates in positions):
+            raise ValueError("LatencyLUT.build needs at least one position, each with at least one candidate")
         width = max(len(candidates) for _, candidates in positions)
         table = torch.zeros(len(positions), width, dtype=torch.float64)
         valid = torch.zeros(len(positions), width, dtype=torch.bool)
-        for p, (shape, candidates) in enumerate(positions):
-            for c, (signature, build) in enumerate(candidates):
-                table[p, c] = cache.block(signature, build, shape).time_ms
-                valid[p, c] = True
+        with progress_bar(total=sum(len(candidates) for _, candidates in positions), desc="latency table",
+                          progress=progress) as bar:
+            for p, (shape, candidates) in enumerate(positions):
+                for c, (signature, build) in enumerate(candidates):
+                    table[p, c] = cache.block(signature, build, shape).time_ms
+                    valid[p, c] = True
+                    bar.update(1)
         fixed_ms = cache.blocks_cost(fixed).time_ms if fixed else cache.estimator.profile.overhead_ms
         return cls(table, valid, fixed_ms)
 
@@ -70,6 +109,16 @@ class LatencyLUT:
         candidates; invalid entries get weight 0."""
         if logits.shape != self.table_ms.shape:
             raise ValueError(f"logits must have shape {tuple(self.table_ms.shape)}, got {tuple(logits.shape)}")
+        number(_scalar(tau), "LatencyLUT.weights: tau", low=0, low_open=True)
+        values = logits.detach()
+        bad = self.valid & (torch.isnan(values) | (values == float("inf")))
+        if bool(bad.any()):
+            p, c = (int(i) for i in torch.nonzero(bad)[0])
+            raise ValueError(f"logits[{p}, {c}] is {float(values[p, c])}; architecture logits must not be NaN or +inf")
+        dead = ~(self.valid & (values > float("-inf"))).any(dim=1)
+        if bool(dead.any()):
+            raise ValueError(f"every valid candidate of position {int(torch.nonzero(dead)[0])} has logit -inf: "
+                             f"its weights are undefined")
         masked = logits.masked_fill(~self.valid, float("-inf"))
         if gumbel:
             return F.gumbel_softmax(masked, tau=tau, hard=hard, dim=-1)
@@ -91,7 +140,7 @@ class LatencyLoss(nn.Module):
       is undefined for the sub-millisecond latencies small targets have.
 
     ``target_ms`` normalises latency (default: the expected latency under uniform
-    weights). The last expected latency is kept in ``last_ms`` for logging.
+    weights; it must be positive). The last expected latency is kept in ``last_ms`` for logging.
     """
 
     def __init__(self, lut: LatencyLUT, weight: float = 0.1, mode: str = "additive",
@@ -99,9 +148,13 @@ class LatencyLoss(nn.Module):
         super().__init__()
         if mode not in ("additive", "multiplicative"):
             raise ValueError(f"mode must be 'additive' or 'multiplicative', got {mode!r}")
-        self.lut, self.weight, self.mode, self.tau, self.gumbel = lut, weight, mode, tau, gumbel
+        self.lut, self.mode, self.tau, self.gumbel = lut, mode, tau, gumbel
+        self.weight = number(_scalar(weight), "LatencyLoss: weight", low=0)
+        number(_scalar(tau), "LatencyLoss: tau", low=0, low_open=True)
         uniform = torch.zeros_like(lut.table_ms)
-        self.target_ms = float(target_ms) if target_ms else float(lut.expected_ms(uniform))
+        target = float(lut.expected_ms(uniform)) if target_ms is None else target_ms
+        self.target_ms = number(_scalar(target), "LatencyLoss: target_ms" + (" (the expected latency under uniform weights)"
+                                                                    if target_ms is None else ""), low=0, low_open=True)
         self.last_ms = float("nan")
 
     def forward(self, task_loss: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:

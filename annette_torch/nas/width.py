@@ -11,6 +11,11 @@ torch tensors with the same formulas as the numpy path (:mod:`annette_torch.laye
 The refined roofline's ``ceil`` is piecewise constant: its true derivative is 0 almost
 everywhere. We use a straight-through ceil (forward: ceil, backward: identity), so the
 gradient follows the smooth utilisation trend while the value stays exact.
+
+Multipliers must be finite and positive, and every kernel time the layer models give
+passes the estimator's check (:meth:`~annette_torch.estimator.Estimator.checked_sum`): a
+NaN, negative or infinite time is an error naming the kernel and the profile entry, never
+a NaN latency to differentiate.
 """
 from __future__ import annotations
 
@@ -38,6 +43,7 @@ class WidthLatency:
     def __init__(self, estimator: Estimator, graph: LayerGraph,
                  group_of: Callable[[Layer], int] | None = None, num_groups: int = 1) -> None:
         self.estimator = estimator
+        self.graph = graph
         self.num_groups = num_groups
         table = estimator.kernel_table(graph)
         self.table = table
@@ -68,13 +74,20 @@ class WidthLatency:
             codes[:, _COL[column]] = np.where(product, for_products, _IN)
         self.codes = torch.as_tensor(codes)
         self.base = torch.as_tensor(table.features)
-        self._groups = [(torch.as_tensor(rows), model) for rows, model in estimator.model_groups(table)]
+        self._groups = [(table.kinds[rows[0]], rows, torch.as_tensor(rows), model)
+                        for rows, model in estimator.model_groups(table)]
 
     def features(self, multipliers: torch.Tensor) -> torch.Tensor:
-        """Kernel feature matrix at the given multipliers (differentiable)."""
+        """Kernel feature matrix at the given multipliers (differentiable); ``ValueError``
+        unless there are ``num_groups`` of them, all finite and positive."""
         m = torch.as_tensor(multipliers, dtype=torch.float64).reshape(-1)
         if m.numel() != self.num_groups:
             raise ValueError(f"expected {self.num_groups} multipliers, got {m.numel()}")
+        bad = ~(torch.isfinite(m.detach()) & (m.detach() > 0))
+        if bool(bad.any()):
+            group = int(torch.nonzero(bad)[0])
+            raise ValueError(f"width multipliers must be finite and positive: multiplier {group} (of "
+                             f"{self.num_groups}) is {float(m[group])}")
         one = torch.ones((), dtype=torch.float64)
         s_in = torch.where(torch.as_tensor(self.in_group >= 0), m[torch.as_tensor(self.in_group.clip(0))], one)
         s_out = torch.where(torch.as_tensor(self.out_fixed), one, m[torch.as_tensor(self.group)])
@@ -85,9 +98,12 @@ class WidthLatency:
         return self.base * scale
 
     def __call__(self, multipliers: torch.Tensor) -> torch.Tensor:
+        """Latency in ms at ``multipliers`` (see :meth:`features`); :class:`~annette_torch.
+        estimator.EstimateError` naming the kernel whose predicted time is not a valid one."""
         feats = self.features(multipliers)
         total = torch.zeros((), dtype=torch.float64)
-        for rows, model in self._groups:
-            seconds, _ = model.predict(feats[rows], xp=torch)
+        for kind, rows, index, model in self._groups:
+            seconds, _ = model.predict(feats[index], xp=torch)
+            self.estimator.checked_sum(self.graph, self.table, kind, rows, seconds.detach().cpu().numpy())
             total = total + seconds.sum()
         return total * 1e3 + self.estimator.profile.overhead_ms
