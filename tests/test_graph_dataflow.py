@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch import nn
 
-from annette_torch import Estimator, trace
+from annette_torch import Estimator, FreeWorkWarning, trace
 
 
 def _quiet_estimator(profile: str) -> Estimator:
@@ -136,8 +136,6 @@ def test_onnx_import_records_the_graph_outputs(tmp_path):
 
 
 def test_an_estimate_that_frees_much_of_a_network_says_so_on_graph_compilers_only():
-    from annette_torch import FreeWorkWarning
-
     graph = trace(DeadBranch().eval(), input_shape=(1, 16, 32, 32))
     for profile, warns in (("openvino-cpu", True), ("torch-cpu", False)):
         estimator = _quiet_estimator(profile)
@@ -148,3 +146,90 @@ def test_an_estimate_that_frees_much_of_a_network_says_so_on_graph_compilers_onl
         assert bool(messages) == warns, (profile, messages)
         if warns:
             assert "% of its operations are costed as free" in messages[0] and "3 layer(s) whose" in messages[0]
+
+
+class GhostTail(nn.Module):
+    """GhostNet's module tail: two convs concatenated, then ``[:, :keep]`` channels."""
+
+    def __init__(self, keep: int = 24) -> None:
+        super().__init__()
+        self.keep = keep
+        self.a, self.b = nn.Conv2d(16, 12, 1), nn.Conv2d(12, 12, 3, padding=1, groups=12)
+        self.out = nn.Conv2d(keep, 16, 1)
+
+    def forward(self, x):
+        a = torch.relu(self.a(x))
+        return self.out(torch.cat([a, torch.relu(self.b(a))], 1)[:, :self.keep])
+
+
+def _slice_rows(estimator: Estimator, graph):
+    report = estimator.report(graph)
+    return report[report["kind"] == "slice"]
+
+
+def test_a_slice_of_a_whole_concat_is_free_where_the_runtime_removes_it():
+    """OpenVINO's runtime model has no StridedSlice for a slice selecting all channels
+    (``removes_identity_slices``); ONNX Runtime keeps the Slice in its optimized graph and
+    eager torch runs it: both pay. A slice of part of the channels runs everywhere."""
+    whole = trace(GhostTail(24).eval(), input_shape=(1, 16, 16, 16))
+    part = trace(GhostTail(20).eval(), input_shape=(1, 16, 16, 16))
+    assert whole.identity_slices == {"getitem"} and part.identity_slices == frozenset()
+    rows = _slice_rows(_quiet_estimator("openvino-cpu"), whole)
+    assert len(rows) == 1 and rows["time_ms"].eq(0).all() and rows["confidence"].eq("free").all()
+    for profile in ("torch-cpu", "onnxruntime-cpu"):
+        rows = _slice_rows(_quiet_estimator(profile), whole)
+        assert len(rows) == 1 and (rows["time_ms"] > 0).all() and not rows["confidence"].eq("free").any(), profile
+    rows = _slice_rows(_quiet_estimator("openvino-cpu"), part)
+    assert len(rows) == 1 and (rows["time_ms"] > 0).all()
+
+
+def test_a_gather_of_every_row_is_no_identity_slice():
+    class Permuted(nn.Module):
+        def forward(self, x):
+            return x[:, [2, 0, 1]] + x[:, torch.tensor([1, 2, 0])] + x[:, 0:3] + x[..., :]
+
+    graph = trace(Permuted(), input_shape=(1, 3, 8, 8))
+    slices = [layer.name for layer in graph if layer.kind == "slice"]
+    assert len(slices) == 4 and graph.identity_slices == set(slices[2:])
+
+
+def test_ghostnet_slices_are_free_on_openvino_only():
+    timm = pytest.importorskip("timm")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        graph = trace(timm.create_model("ghostnet_100", pretrained=False).eval(), input_shape=(1, 3, 224, 224))
+    assert len(graph.identity_slices) == 32 == sum(layer.kind == "slice" for layer in graph)
+    assert _slice_rows(_quiet_estimator("openvino-cpu"), graph)["confidence"].eq("free").all()
+    assert (_slice_rows(_quiet_estimator("torch-cpu"), graph)["time_ms"] > 0).all()
+
+
+@pytest.mark.parametrize("profile", ["ncs2-myriad", "zcu102-dpu"])
+def test_board_compilers_remove_dead_code_but_fold_nothing_else(profile):
+    """NCS2 (OpenVINO on the ONNX export) and ZCU102 (Vitis AI) compile a graph built from
+    the network's outputs: a dead branch costs nothing there; they keep ANNETTE's mapping
+    otherwise (no constant folding assumed)."""
+    graph = trace(DeadBranch().eval(), input_shape=(1, 16, 32, 32))
+    lean = trace(DeadBranch(with_dead=False).eval(), input_shape=(1, 16, 32, 32))
+    estimator = _quiet_estimator(profile)
+    assert estimator.profile.removes_dead_code and not estimator.profile.optimizes_graph
+    with pytest.warns(FreeWorkWarning, match="3 layer"):
+        assert estimator(graph) == pytest.approx(estimator(lean))
+    report = estimator.report(graph).set_index("kernel")
+    assert report.loc[["a", "b"], "confidence"].eq("free").all()
+
+
+def test_profile_fields_for_removed_layers_round_trip_and_are_checked(tmp_path):
+    import json
+
+    from annette_torch import load_profile
+    from annette_torch.profiles import ProfileError
+
+    ov = load_profile("openvino-cpu")
+    assert ov.removes_identity_slices and ov.removes_dead_code is None       # dead code: as optimizes_graph
+    data = load_profile("ncs2-myriad").to_dict()
+    assert data["removes_dead_code"] is True and "removes_identity_slices" not in data
+    data["removes_identity_slices"] = "yes"
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(ProfileError, match="removes_identity_slices"):
+        load_profile(str(path))

@@ -113,6 +113,19 @@ class LayerGraph:
             self._cache["folded"] = frozenset(constant | same_as.keys() | self.dead)
         return self._cache["folded"]
 
+    @property
+    def identity_slices(self) -> frozenset[str]:
+        """Names of the slices that select their whole input (``x[:, :n]`` where ``x`` has
+        ``n`` channels, GhostNet's ``cat(...)[:, :out_chs]``): basic indexing of one tensor
+        whose output has the input's shape. A compiler that removes no-op slices (OpenVINO)
+        runs nothing for them."""
+        if "identity_slices" not in self._cache:
+            self._cache["identity_slices"] = frozenset(
+                layer.name for layer in self.layers
+                if layer.kind == "slice" and layer.attrs.get("view") and len(layer.input_shapes) == 1
+                and layer.output_shapes == layer.input_shapes)
+        return self._cache["identity_slices"]
+
     def __iter__(self) -> Iterator[Layer]:
         return iter(self.layers)
 

@@ -55,6 +55,15 @@ class Slice(_DataMovement):
            "torchvision.models.swin_transformer._get_relative_position_bias")
     onnx_ops = ("Slice", "Gather", "GatherElements", "GatherND")
 
+    def attrs_from_call(self, args, kwargs):
+        """``view``: a basic index (ints, slices, ``None``, ``...``; ``narrow``): the result
+        is a window of the input, not a gather (tensor or list indices)."""
+        if len(args) < 2:
+            return {}
+        index = args[1] if isinstance(args[1], tuple) else (args[1],)
+        return {"view": all(isinstance(i, (int, slice, type(None), type(Ellipsis))) and not isinstance(i, bool)
+                            for i in index)}
+
 
 @register_kind
 class Reshape(_DataMovement):

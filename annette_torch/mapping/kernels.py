@@ -50,21 +50,34 @@ class KernelTable:
 NO_INPUT_GRAD = ":no-input-grad"   # kind suffix of a training kernel whose inputs need no gradient
 
 
+def removed_layers(graph: LayerGraph, optimize_graph: bool = False, remove_dead: bool | None = None,
+                   remove_identity_slices: bool = False) -> frozenset[str]:
+    """The layers of ``graph`` a target's compiler removes: with ``optimize_graph``
+    :attr:`LayerGraph.folded` (constant subgraphs, repeated parameter-free layers and dead
+    layers), with ``remove_dead`` (default: ``optimize_graph``) the :attr:`LayerGraph.dead`
+    ones, with ``remove_identity_slices`` :attr:`LayerGraph.identity_slices`."""
+    removed = graph.folded if optimize_graph else frozenset()
+    if optimize_graph if remove_dead is None else remove_dead:
+        removed = removed | graph.dead
+    return removed | graph.identity_slices if remove_identity_slices else removed
+
+
 def map_kernels(graph: LayerGraph, rules: tuple[FusionRule, ...], optimize_graph: bool = False,
-                input_requires_grad: bool | None = None, counting: Counting | None = None) -> KernelTable:
+                input_requires_grad: bool | None = None, counting: Counting | None = None,
+                remove_dead: bool | None = None, remove_identity_slices: bool = False) -> KernelTable:
     """Kernel table of ``graph`` under ``rules``, its layers counted as ``counting`` says
-    (:mod:`.counting`; default: annette_torch's counts); with ``optimize_graph`` the layers a
-    graph compiler removes (:attr:`LayerGraph.folded`: constant subgraphs, repeated
-    parameter-free layers) are free kernels. For a training pass, ``input_requires_grad``
+    (:mod:`.counting`; default: annette_torch's counts); the layers the target's compiler
+    removes (:func:`removed_layers` of ``optimize_graph``, ``remove_dead`` and
+    ``remove_identity_slices``) are free kernels. For a training pass, ``input_requires_grad``
     says whether the network input requires grad (a data batch does not; a calibration
     benchmark's input does): a kernel with weights whose inputs need no gradient (the
     first conv of a network, or one after ``detach``) computes only its weights'
     gradients, so its kind gets the suffix :data:`NO_INPUT_GRAD`. Cached on the graph."""
-    key = ("kernels", rules, optimize_graph, input_requires_grad, counting)
+    key = ("kernels", rules, optimize_graph, input_requires_grad, counting, remove_dead, remove_identity_slices)
     cached = graph._cache.get(key)
     if cached is None:
         feats = graph.features if counting is None else counting.features(graph)
-        cached = _map(graph, rules, graph.folded if optimize_graph else frozenset(), feats)
+        cached = _map(graph, rules, removed_layers(graph, optimize_graph, remove_dead, remove_identity_slices), feats)
         if input_requires_grad is not None:
             cached = _mark_no_input_grad(graph, cached, input_requires_grad)
         graph._cache[key] = cached
