@@ -233,3 +233,67 @@ def test_profile_fields_for_removed_layers_round_trip_and_are_checked(tmp_path):
     path.write_text(json.dumps(data))
     with pytest.raises(ProfileError, match="removes_identity_slices"):
         load_profile(str(path))
+
+
+class TwoBranches(nn.Module):
+    """Two convs summed with Python's ``sum`` (``0 + a + b``) or with ``a + b``."""
+
+    def __init__(self, python_sum: bool) -> None:
+        super().__init__()
+        self.python_sum = python_sum
+        self.a, self.b = nn.Conv2d(16, 16, 3, padding=1), nn.Conv2d(16, 16, 1)
+
+    def forward(self, x):
+        terms = [self.a(x), self.b(x)]
+        total = sum(terms) if self.python_sum else terms[0] + terms[1]
+        return (total * 1.0 - 0) / 1
+
+
+def test_arithmetic_with_zero_or_one_is_free_and_looked_through_on_graph_compilers():
+    """The ONNX export drops ``0 + x``, ``x - 0``, ``x * 1``; OpenVINO and ONNX Runtime remove
+    ``x * 1.0``, ``x / 1``: free there, and the residual add still fuses into its conv.
+    Eager torch runs each of them."""
+    summed = trace(TwoBranches(True).eval(), input_shape=(1, 16, 16, 16))
+    plain = trace(TwoBranches(False).eval(), input_shape=(1, 16, 16, 16))
+    assert {summed[name].kind for name in summed.identity_arithmetic} == {"add", "mul", "sub", "div"}
+    assert len(summed.identity_arithmetic) == 4 and len(plain.identity_arithmetic) == 3
+    compiler = _quiet_estimator("openvino-cpu")
+    assert compiler(summed) == pytest.approx(compiler(plain))
+    report = compiler.report(summed).set_index("kernel")
+    assert report.loc[sorted(summed.identity_arithmetic), "confidence"].eq("free").all()
+    assert "add_1" in report.loc["b", "layers"].split("+")              # a + b fused into the later conv
+    eager = _quiet_estimator("torch-cpu")
+    rows = eager.report(summed).set_index("kernel")
+    assert (rows.loc[sorted(summed.identity_arithmetic), "time_ms"] > 0).all()
+    assert eager(summed) > eager(plain)
+
+
+def test_a_nas_bench_201_cell_pays_for_none_edges_but_not_for_pythons_sum_on_openvino():
+    """A standard cell: ``none`` is ``x.mul(0.)``, a kernel OpenVINO still runs, and each node
+    is ``sum(...)``, whose ``0 +`` the export drops."""
+    from annette_torch.nas.nasbench201 import Cell, NB201Network
+
+    class PlainSums(Cell):
+        """The same cell summing as ``sum`` does, term by term, without the leading ``0 +``."""
+
+        def forward(self, x):
+            nodes = [x]
+            for target in (1, 2, 3):
+                terms = (self.edges[f"{source}_{target}"](nodes[source]) for source in range(target))
+                node = next(terms)
+                for term in terms:
+                    node = node + term
+                nodes.append(node)
+            return nodes[3]
+
+    arch = "|nor_conv_3x3~0|+|nor_conv_3x3~0|none~1|+|none~0|skip_connect~1|nor_conv_1x1~2|"
+    standard = NB201Network(arch, N=1).eval()
+    plain = NB201Network(arch, N=1).eval()
+    plain.cells = nn.Sequential(*[PlainSums(c.ops, c.edges["0_1"][1].in_channels) if isinstance(c, Cell) else c
+                                  for c in standard.cells])
+    standard_graph, plain_graph = (trace(m, input_shape=(1, 3, 32, 32)) for m in (standard, plain))
+    compiler = _quiet_estimator("openvino-cpu")
+    assert compiler(standard_graph) == pytest.approx(compiler(plain_graph))
+    rows = compiler.report(standard_graph)
+    muls = rows[rows["kind"] == "mul"]
+    assert len(muls) == 2 * 3 and (muls["time_ms"] > 0).all()

@@ -15,6 +15,11 @@ kernel is marked ``possibly-fused`` whenever the fused layer has several inputs,
 the target may have merged it elsewhere (the ANNETTE paper's third state). A fused kernel keeps the primary layer's dimensions;
 its ops and weights are the sums over its layers, its inputs are what it reads from
 outside, its output is that of its last layer.
+
+Layers the target removes are free kernels and fuse with nothing; those that pass their
+input on unchanged (a slice of a whole tensor, ``x + 0``) are also looked through: their
+consumers fuse as if they read the layer before them (``sum(terms)``'s ``0 + terms[0]``
+keeps the residual add fusing into its conv).
 """
 from __future__ import annotations
 
@@ -112,13 +117,33 @@ def _groups(kinds: list[str]) -> dict[str, np.ndarray]:
     return {kind: np.array(idx, dtype=np.intp) for kind, idx in groups.items()}
 
 
+def _see_through(graph: LayerGraph, removed: frozenset[str]) -> tuple[dict[str, str], dict[str, list[str]]]:
+    """(source, children) of ``graph`` with the removed layers that pass their one input
+    on unchanged (:attr:`LayerGraph.identity_slices`, :attr:`LayerGraph.identity_arithmetic`)
+    taken out: ``source[name]`` is the layer whose output such a layer passes on, and a
+    layer's children are those that read its output directly or through such layers."""
+    passing = removed & (graph.identity_slices | graph.identity_arithmetic)
+    source: dict[str, str] = {}
+    for layer in graph.layers:
+        if layer.name in passing and layer.parents:
+            source[layer.name] = source.get(layer.parents[0], layer.parents[0])
+    if not source:
+        return source, graph.children
+    children: dict[str, list[str]] = {layer.name: [] for layer in graph.layers}
+    for layer in graph.layers:
+        if layer.name not in source:
+            for parent in layer.parents:
+                children[source.get(parent, parent)].append(layer.name)
+    return source, children
+
+
 def _map(graph: LayerGraph, rules: tuple[FusionRule, ...], folded: frozenset[str], feats: np.ndarray) -> KernelTable:
     by_pair: dict[tuple[str, str], list[FusionRule]] = {}
     for rule in rules:
         by_pair.setdefault((rule.primary, rule.secondary), []).append(rule)
     secondaries = {rule.secondary for rule in rules}
-    children = graph.children
-    returned = frozenset(graph.outputs or ())
+    source, children = _see_through(graph, folded)
+    returned = frozenset(source.get(name, name) for name in graph.outputs or ())
 
     kernel_of: dict[str, int] = {}
     kinds: list[str] = []
@@ -129,7 +154,7 @@ def _map(graph: LayerGraph, rules: tuple[FusionRule, ...], folded: frozenset[str
         target = None
         if layer.kind in secondaries and not layer.free and layer.name not in folded:
             candidates = []
-            for parent in layer.parents:
+            for parent in dict.fromkeys(source.get(p, p) for p in layer.parents):
                 k = kernel_of[parent]
                 if graph.layers[members[k][-1]].name != parent or children[parent] != [layer.name] \
                         or parent in returned:
