@@ -297,3 +297,31 @@ def test_a_nas_bench_201_cell_pays_for_none_edges_but_not_for_pythons_sum_on_ope
     rows = compiler.report(standard_graph)
     muls = rows[rows["kind"] == "mul"]
     assert len(muls) == 2 * 3 and (muls["time_ms"] > 0).all()
+
+
+def test_a_cell_that_computes_a_node_nothing_reads_pays_for_it_on_eager_torch_only():
+    """The other way users write NAS-Bench-201 cells: ``none`` edges left out of the sums,
+    every node still computed. Node 2 below feeds node 3 only through ``none``: dead."""
+    from annette_torch.nas.nasbench201 import Cell, NB201Network, Zero
+
+    class SkipsNone(Cell):
+        def forward(self, x):
+            nodes = [x]
+            for target in (1, 2, 3):
+                terms = [self.edges[f"{s}_{target}"](nodes[s]) for s in range(target)
+                         if not isinstance(self.edges[f"{s}_{target}"], Zero)]
+                nodes.append(sum(terms) if terms else torch.zeros_like(x))
+            return nodes[3]
+
+    arch = "|nor_conv_3x3~0|+|nor_conv_3x3~0|nor_conv_3x3~1|+|skip_connect~0|nor_conv_1x1~1|none~2|"
+    model = NB201Network(arch, N=1).eval()
+    model.cells = nn.Sequential(*[SkipsNone(c.ops, c.edges["0_1"][1].in_channels) if isinstance(c, Cell) else c
+                                  for c in model.cells])
+    graph = trace(model, input_shape=(1, 3, 32, 32))
+    dead_convs = {layer.name for layer in graph if layer.kind == "conv" and layer.name in graph.dead}
+    assert len(dead_convs) == 2 * 3                        # the two convs into node 2, per cell
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        compiler, eager = _quiet_estimator("openvino-cpu").report(graph), _quiet_estimator("torch-cpu").report(graph)
+    assert compiler.set_index("kernel").loc[sorted(dead_convs), "confidence"].eq("free").all()
+    assert (eager.set_index("kernel").loc[sorted(dead_convs), "time_ms"] > 0).all()

@@ -12,10 +12,10 @@ then BN + ReLU, global average pooling and a linear classifier.
 
 Cells are built as the benchmark's own code builds them (``InferCell`` of xautodl, the
 NAS-Bench-201 reference implementation): every edge is a module and runs, ``none`` is the
-``Zero`` op ``x.mul(0.)``, every node is computed (also those the output does not use) as
-Python's ``sum`` of its edges (so ``0 + first edge + ...``), and node 3 is the output.
-Nothing is pruned for the estimator: what a runtime removes (dead nodes, adds of zero) it
-removes from the network as users write it. :data:`CELL_VERSION` names this construction.
+``Zero`` op ``x.mul(0.)`` (so every node feeds node 3, the output), and each node is
+Python's ``sum`` of its edges (``0 + first edge + ...``). Nothing is pruned for the
+estimator: what a runtime removes (the ``0 +``) it removes from the network as users write
+it. :data:`CELL_VERSION` names this construction.
 """
 from __future__ import annotations
 
