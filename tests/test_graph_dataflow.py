@@ -325,3 +325,20 @@ def test_a_cell_that_computes_a_node_nothing_reads_pays_for_it_on_eager_torch_on
         compiler, eager = _quiet_estimator("openvino-cpu").report(graph), _quiet_estimator("torch-cpu").report(graph)
     assert compiler.set_index("kernel").loc[sorted(dead_convs), "confidence"].eq("free").all()
     assert (eager.set_index("kernel").loc[sorted(dead_convs), "time_ms"] > 0).all()
+
+
+def test_two_slices_of_one_tensor_are_two_layers_not_a_repeat():
+    """``y[:, :16]`` and ``y[:, 16:]`` (a channel split) both run; so do two narrows and
+    ``x + 1`` beside ``x + 2``: a compiler merges only layers that compute the same."""
+    class Halves(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = nn.Conv2d(32, 32, 1)
+
+        def forward(self, x):
+            y = self.conv(x)
+            return (y[:, :16] + y[:, 16:], y.narrow(1, 0, 8) * y.narrow(1, 8, 8), (y + 1) * (y + 2), y[:, :16] * 3)
+
+    graph = trace(Halves(), input_shape=(1, 32, 8, 8))
+    assert {graph[name].kind for name in graph.folded} == {"slice"}      # only the second y[:, :16]
+    assert len(graph.folded) == 1

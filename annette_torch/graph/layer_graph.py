@@ -120,7 +120,8 @@ class LayerGraph:
                     constant.add(layer.name)
                 elif layer.counts.weight_elems == 0 and layer.parents and not layer.free:
                     inputs = tuple(same_as.get(p, p) for p in layer.parents)
-                    key = (layer.kind, layer.op, inputs, layer.input_shapes, repr(sorted(layer.attrs.items())))
+                    key = (layer.kind, layer.op, inputs, layer.input_shapes, layer.output_shapes,
+                           repr(sorted(layer.attrs.items())))
                     if key in first:
                         same_as[layer.name] = first[key]
                     else:
