@@ -342,3 +342,19 @@ def test_two_slices_of_one_tensor_are_two_layers_not_a_repeat():
     graph = trace(Halves(), input_shape=(1, 32, 8, 8))
     assert {graph[name].kind for name in graph.folded} == {"slice"}      # only the second y[:, :16]
     assert len(graph.folded) == 1
+
+
+def test_a_profile_remapped_or_adapted_to_eager_torch_frees_no_slices():
+    import dataclasses
+
+    from annette_torch import load_profile
+    from annette_torch.layer_models.adapted import Adaptation
+    from annette_torch.transfer.fewshot import MAPPING_NAMES, remapped
+
+    graph = trace(GhostTail(24).eval(), input_shape=(1, 16, 16, 16))
+    openvino = load_profile("openvino-cpu")
+    for profile in (remapped(openvino, MAPPING_NAMES["eager"]),
+                    dataclasses.replace(openvino, adaptation=Adaptation(fusion="none", optimizes_graph=False))):
+        rows = _slice_rows(_quiet_estimator(profile), graph)
+        assert (rows["time_ms"] > 0).all()
+    assert _slice_rows(_quiet_estimator(remapped(openvino, MAPPING_NAMES["source"])), graph)["time_ms"].eq(0).all()
