@@ -445,7 +445,8 @@ class Estimator:
         dead, slices = len(graph.dead & names), len(graph.identity_slices & names - graph.dead)
         warnings.warn(f"{graph.model_name}: {removed / total:.0%} of its operations are costed as free, because "
                       f"{self.profile.name!r} describes a graph compiler that removes them ({dead} layer(s) whose "
-                      f"results reach no output, {len(names) - dead - slices} computed from constants or repeated"
+                      f"results reach no output, {len(names) - dead - slices} computed from constants, repeated "
+                      f"or arithmetic with 0 or 1"
                       + (f", {slices} slice(s) of a whole tensor" if slices else "") + "). "
                       f"If the network really computes them, check that its outputs depend on them",
                       FreeWorkWarning, stacklevel=4)
