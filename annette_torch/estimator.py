@@ -40,7 +40,7 @@ from .kinds import FEATURES
 from .layer_models.adapted import AdaptedKernels
 from .layer_models.fused_layers import FusedLayers
 from .layer_models.weights_from_memory import WeightsFromMemory
-from .mapping import NO_INPUT_GRAD, KernelTable, map_kernels
+from .mapping import NO_INPUT_GRAD, KernelTable, map_kernels, removed_layers
 from .measure.kernel_table import MeasuredKernels
 from .memory import MemoryEstimate, estimate_memory
 from .profiles import Profile, load_profile
@@ -149,6 +149,10 @@ class Estimator:
         self._rules = rules if use_mapping else ()
         self._folds = (self.profile.optimizes_graph if adaptation is None
                        else adaptation.folds(self.profile.optimizes_graph))
+        compiles = adaptation is None or adaptation.optimizes_graph is not False   # not adapted to eager torch
+        dead = self.profile.optimizes_graph if self.profile.removes_dead_code is None else self.profile.removes_dead_code
+        self._removes = (self._folds, self._folds or (dead and compiles),
+                         self.profile.removes_identity_slices and compiles)
         self._plan_key = ("plan", object())  # this estimator's entry in a graph's cache
 
     def __repr__(self) -> str:
@@ -186,7 +190,8 @@ class Estimator:
     def kernel_table(self, graph: LayerGraph) -> KernelTable:
         """The kernels ``graph`` runs as on this target (cached on the graph)."""
         training = False if self.profile.training is not None else None   # a data batch requires no grad
-        return map_kernels(graph, self._rules, self._folds, training, self.profile.counting)
+        folds, dead, identity_slices = self._removes
+        return map_kernels(graph, self._rules, folds, training, self.profile.counting, dead, identity_slices)
 
     def layer_model(self, kernel_kind: str) -> tuple[str, str, Any]:
         """(model type, profile entry, layer model) that answers ``kernel_kind``, with the
@@ -430,17 +435,20 @@ class Estimator:
         return estimate_memory(self.graph_of(model, training=training, **trace_kwargs), training, optimizer)
 
     def _warn_free(self, graph: LayerGraph) -> None:
-        if not self._folds or not graph.folded:
+        names = removed_layers(graph, *self._removes)
+        if not names:
             return
         ops = graph.features[:, FEATURES.index("ops")]
         total = float(ops.sum())
-        removed = float(sum(ops[graph.index[name]] for name in graph.folded))
+        removed = float(sum(ops[graph.index[name]] for name in names))
         if total <= 0 or removed <= FREE_OPS_WARNING_SHARE * total:
             return
-        dead = len(graph.dead)
+        dead, slices = len(graph.dead & names), len(graph.identity_slices & names - graph.dead)
         warnings.warn(f"{graph.model_name}: {removed / total:.0%} of its operations are costed as free, because "
                       f"{self.profile.name!r} describes a graph compiler that removes them ({dead} layer(s) whose "
-                      f"results reach no output, {len(graph.folded) - dead} computed from constants or repeated). "
+                      f"results reach no output, {len(names) - dead - slices} computed from constants, repeated "
+                      f"or arithmetic with 0 or 1"
+                      + (f", {slices} slice(s) of a whole tensor" if slices else "") + "). "
                       f"If the network really computes them, check that its outputs depend on them",
                       FreeWorkWarning, stacklevel=4)
 

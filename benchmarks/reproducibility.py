@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> None:
     except ValueError as error:
         raise SystemExit(str(error)) from None
     backend.prepare_process()        # this process only measures
-    items = [((n.set, n.name), accuracy._builder(n), n.input_shape) for n in nets]
+    items = [((n.set, n.name), n.build, n.input_shape) for n in nets]
     print(f"{len(items)} networks, two passes of: {protocol}")
     start = time.perf_counter()
     first = measure_networks(backend, items, protocol)

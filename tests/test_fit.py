@@ -305,13 +305,26 @@ def test_fused_layer_costs_add_per_output_element_of_their_kernel():
 
 
 def test_layers_computed_from_constants_are_free_on_targets_that_fold_them():
-    """A NAS-Bench-201 cell whose first node is zero: the ReLU-conv-BN edges reading that
-    node compute a constant. A profile that folds constants (compilers) does not charge
-    them; one that does not (eager PyTorch) does."""
-    from annette_torch.nas.nasbench201 import NB201Network
+    """A cell node written as ``zeros_like`` (a NAS cell that leaves its ``none`` edges
+    out): the ReLU-conv-BN edges reading that node compute a constant. A profile that
+    folds constants (compilers) does not charge them; one that does not (eager PyTorch)
+    does."""
+    import torch
+    from torch import nn
 
-    arch = "|none~0|+|nor_conv_3x3~0|nor_conv_3x3~1|+|skip_connect~0|nor_conv_3x3~1|nor_conv_3x3~2|"
-    graph = trace(NB201Network(arch, N=1), input_shape=(1, 3, 32, 32))
+    from annette_torch.nas.nasbench201 import ReLUConvBN
+
+    class ZeroNode(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.stem, self.on_zero, self.on_input = nn.Conv2d(3, 16, 3, padding=1), ReLUConvBN(16, 16, 3), \
+                ReLUConvBN(16, 16, 3)
+
+        def forward(self, x):
+            x = self.stem(x)
+            return self.on_input(x) + self.on_zero(torch.zeros_like(x))
+
+    graph = trace(ZeroNode().eval(), input_shape=(1, 3, 32, 32))
     folded = [graph[name] for name in graph.folded]
     assert {layer.kind for layer in folded} >= {"constant", "relu", "conv", "batch_norm"}
     assert all(parent in graph.folded for layer in folded if layer.kind != "constant" for parent in layer.parents)

@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch import nn
 
-from annette_torch import Estimator, trace
+from annette_torch import Estimator, FreeWorkWarning, trace
 
 
 def _quiet_estimator(profile: str) -> Estimator:
@@ -136,8 +136,6 @@ def test_onnx_import_records_the_graph_outputs(tmp_path):
 
 
 def test_an_estimate_that_frees_much_of_a_network_says_so_on_graph_compilers_only():
-    from annette_torch import FreeWorkWarning
-
     graph = trace(DeadBranch().eval(), input_shape=(1, 16, 32, 32))
     for profile, warns in (("openvino-cpu", True), ("torch-cpu", False)):
         estimator = _quiet_estimator(profile)
@@ -148,3 +146,215 @@ def test_an_estimate_that_frees_much_of_a_network_says_so_on_graph_compilers_onl
         assert bool(messages) == warns, (profile, messages)
         if warns:
             assert "% of its operations are costed as free" in messages[0] and "3 layer(s) whose" in messages[0]
+
+
+class GhostTail(nn.Module):
+    """GhostNet's module tail: two convs concatenated, then ``[:, :keep]`` channels."""
+
+    def __init__(self, keep: int = 24) -> None:
+        super().__init__()
+        self.keep = keep
+        self.a, self.b = nn.Conv2d(16, 12, 1), nn.Conv2d(12, 12, 3, padding=1, groups=12)
+        self.out = nn.Conv2d(keep, 16, 1)
+
+    def forward(self, x):
+        a = torch.relu(self.a(x))
+        return self.out(torch.cat([a, torch.relu(self.b(a))], 1)[:, :self.keep])
+
+
+def _slice_rows(estimator: Estimator, graph):
+    report = estimator.report(graph)
+    return report[report["kind"] == "slice"]
+
+
+def test_a_slice_of_a_whole_concat_is_free_where_the_runtime_removes_it():
+    """OpenVINO's runtime model has no StridedSlice for a slice selecting all channels
+    (``removes_identity_slices``); ONNX Runtime keeps the Slice in its optimized graph and
+    eager torch runs it: both pay. A slice of part of the channels runs everywhere."""
+    whole = trace(GhostTail(24).eval(), input_shape=(1, 16, 16, 16))
+    part = trace(GhostTail(20).eval(), input_shape=(1, 16, 16, 16))
+    assert whole.identity_slices == {"getitem"} and part.identity_slices == frozenset()
+    rows = _slice_rows(_quiet_estimator("openvino-cpu"), whole)
+    assert len(rows) == 1 and rows["time_ms"].eq(0).all() and rows["confidence"].eq("free").all()
+    for profile in ("torch-cpu", "onnxruntime-cpu"):
+        rows = _slice_rows(_quiet_estimator(profile), whole)
+        assert len(rows) == 1 and (rows["time_ms"] > 0).all() and not rows["confidence"].eq("free").any(), profile
+    rows = _slice_rows(_quiet_estimator("openvino-cpu"), part)
+    assert len(rows) == 1 and (rows["time_ms"] > 0).all()
+
+
+def test_a_gather_of_every_row_is_no_identity_slice():
+    class Permuted(nn.Module):
+        def forward(self, x):
+            return x[:, [2, 0, 1]] + x[:, torch.tensor([1, 2, 0])] + x[:, 0:3] + x[..., :]
+
+    graph = trace(Permuted(), input_shape=(1, 3, 8, 8))
+    slices = [layer.name for layer in graph if layer.kind == "slice"]
+    assert len(slices) == 4 and graph.identity_slices == set(slices[2:])
+
+
+def test_ghostnet_slices_are_free_on_openvino_only():
+    timm = pytest.importorskip("timm")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        graph = trace(timm.create_model("ghostnet_100", pretrained=False).eval(), input_shape=(1, 3, 224, 224))
+    assert len(graph.identity_slices) == 32 == sum(layer.kind == "slice" for layer in graph)
+    assert _slice_rows(_quiet_estimator("openvino-cpu"), graph)["confidence"].eq("free").all()
+    assert (_slice_rows(_quiet_estimator("torch-cpu"), graph)["time_ms"] > 0).all()
+
+
+@pytest.mark.parametrize("profile", ["ncs2-myriad", "zcu102-dpu"])
+def test_board_compilers_remove_dead_code_but_fold_nothing_else(profile):
+    """NCS2 (OpenVINO on the ONNX export) and ZCU102 (Vitis AI) compile a graph built from
+    the network's outputs: a dead branch costs nothing there; they keep ANNETTE's mapping
+    otherwise (no constant folding assumed)."""
+    graph = trace(DeadBranch().eval(), input_shape=(1, 16, 32, 32))
+    lean = trace(DeadBranch(with_dead=False).eval(), input_shape=(1, 16, 32, 32))
+    estimator = _quiet_estimator(profile)
+    assert estimator.profile.removes_dead_code and not estimator.profile.optimizes_graph
+    with pytest.warns(FreeWorkWarning, match="3 layer"):
+        assert estimator(graph) == pytest.approx(estimator(lean))
+    report = estimator.report(graph).set_index("kernel")
+    assert report.loc[["a", "b"], "confidence"].eq("free").all()
+
+
+def test_profile_fields_for_removed_layers_round_trip_and_are_checked(tmp_path):
+    import json
+
+    from annette_torch import load_profile
+    from annette_torch.profiles import ProfileError
+
+    ov = load_profile("openvino-cpu")
+    assert ov.removes_identity_slices and ov.removes_dead_code is None       # dead code: as optimizes_graph
+    data = load_profile("ncs2-myriad").to_dict()
+    assert data["removes_dead_code"] is True and "removes_identity_slices" not in data
+    data["removes_identity_slices"] = "yes"
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(ProfileError, match="removes_identity_slices"):
+        load_profile(str(path))
+
+
+class TwoBranches(nn.Module):
+    """Two convs summed with Python's ``sum`` (``0 + a + b``) or with ``a + b``."""
+
+    def __init__(self, python_sum: bool) -> None:
+        super().__init__()
+        self.python_sum = python_sum
+        self.a, self.b = nn.Conv2d(16, 16, 3, padding=1), nn.Conv2d(16, 16, 1)
+
+    def forward(self, x):
+        terms = [self.a(x), self.b(x)]
+        total = sum(terms) if self.python_sum else terms[0] + terms[1]
+        return (total * 1.0 - 0) / 1
+
+
+def test_arithmetic_with_zero_or_one_is_free_and_looked_through_on_graph_compilers():
+    """The ONNX export drops ``0 + x``, ``x - 0``, ``x * 1``; OpenVINO and ONNX Runtime remove
+    ``x * 1.0``, ``x / 1``: free there, and the residual add still fuses into its conv.
+    Eager torch runs each of them."""
+    summed = trace(TwoBranches(True).eval(), input_shape=(1, 16, 16, 16))
+    plain = trace(TwoBranches(False).eval(), input_shape=(1, 16, 16, 16))
+    assert {summed[name].kind for name in summed.identity_arithmetic} == {"add", "mul", "sub", "div"}
+    assert len(summed.identity_arithmetic) == 4 and len(plain.identity_arithmetic) == 3
+    compiler = _quiet_estimator("openvino-cpu")
+    assert compiler(summed) == pytest.approx(compiler(plain))
+    report = compiler.report(summed).set_index("kernel")
+    assert report.loc[sorted(summed.identity_arithmetic), "confidence"].eq("free").all()
+    assert "add_1" in report.loc["b", "layers"].split("+")              # a + b fused into the later conv
+    eager = _quiet_estimator("torch-cpu")
+    rows = eager.report(summed).set_index("kernel")
+    assert (rows.loc[sorted(summed.identity_arithmetic), "time_ms"] > 0).all()
+    assert eager(summed) > eager(plain)
+
+
+def test_a_nas_bench_201_cell_pays_for_none_edges_but_not_for_pythons_sum_on_openvino():
+    """A standard cell: ``none`` is ``x.mul(0.)``, a kernel OpenVINO still runs, and each node
+    is ``sum(...)``, whose ``0 +`` the export drops."""
+    from annette_torch.nas.nasbench201 import Cell, NB201Network
+
+    class PlainSums(Cell):
+        """The same cell summing as ``sum`` does, term by term, without the leading ``0 +``."""
+
+        def forward(self, x):
+            nodes = [x]
+            for target in (1, 2, 3):
+                terms = (self.edges[f"{source}_{target}"](nodes[source]) for source in range(target))
+                node = next(terms)
+                for term in terms:
+                    node = node + term
+                nodes.append(node)
+            return nodes[3]
+
+    arch = "|nor_conv_3x3~0|+|nor_conv_3x3~0|none~1|+|none~0|skip_connect~1|nor_conv_1x1~2|"
+    standard = NB201Network(arch, N=1).eval()
+    plain = NB201Network(arch, N=1).eval()
+    plain.cells = nn.Sequential(*[PlainSums(c.ops, c.edges["0_1"][1].in_channels) if isinstance(c, Cell) else c
+                                  for c in standard.cells])
+    standard_graph, plain_graph = (trace(m, input_shape=(1, 3, 32, 32)) for m in (standard, plain))
+    compiler = _quiet_estimator("openvino-cpu")
+    assert compiler(standard_graph) == pytest.approx(compiler(plain_graph))
+    rows = compiler.report(standard_graph)
+    muls = rows[rows["kind"] == "mul"]
+    assert len(muls) == 2 * 3 and (muls["time_ms"] > 0).all()
+
+
+def test_a_cell_that_computes_a_node_nothing_reads_pays_for_it_on_eager_torch_only():
+    """The other way users write NAS-Bench-201 cells: ``none`` edges left out of the sums,
+    every node still computed. Node 2 below feeds node 3 only through ``none``: dead."""
+    from annette_torch.nas.nasbench201 import Cell, NB201Network, Zero
+
+    class SkipsNone(Cell):
+        def forward(self, x):
+            nodes = [x]
+            for target in (1, 2, 3):
+                terms = [self.edges[f"{s}_{target}"](nodes[s]) for s in range(target)
+                         if not isinstance(self.edges[f"{s}_{target}"], Zero)]
+                nodes.append(sum(terms) if terms else torch.zeros_like(x))
+            return nodes[3]
+
+    arch = "|nor_conv_3x3~0|+|nor_conv_3x3~0|nor_conv_3x3~1|+|skip_connect~0|nor_conv_1x1~1|none~2|"
+    model = NB201Network(arch, N=1).eval()
+    model.cells = nn.Sequential(*[SkipsNone(c.ops, c.edges["0_1"][1].in_channels) if isinstance(c, Cell) else c
+                                  for c in model.cells])
+    graph = trace(model, input_shape=(1, 3, 32, 32))
+    dead_convs = {layer.name for layer in graph if layer.kind == "conv" and layer.name in graph.dead}
+    assert len(dead_convs) == 2 * 3                        # the two convs into node 2, per cell
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        compiler, eager = _quiet_estimator("openvino-cpu").report(graph), _quiet_estimator("torch-cpu").report(graph)
+    assert compiler.set_index("kernel").loc[sorted(dead_convs), "confidence"].eq("free").all()
+    assert (eager.set_index("kernel").loc[sorted(dead_convs), "time_ms"] > 0).all()
+
+
+def test_two_slices_of_one_tensor_are_two_layers_not_a_repeat():
+    """``y[:, :16]`` and ``y[:, 16:]`` (a channel split) both run; so do two narrows and
+    ``x + 1`` beside ``x + 2``: a compiler merges only layers that compute the same."""
+    class Halves(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = nn.Conv2d(32, 32, 1)
+
+        def forward(self, x):
+            y = self.conv(x)
+            return (y[:, :16] + y[:, 16:], y.narrow(1, 0, 8) * y.narrow(1, 8, 8), (y + 1) * (y + 2), y[:, :16] * 3)
+
+    graph = trace(Halves(), input_shape=(1, 32, 8, 8))
+    assert {graph[name].kind for name in graph.folded} == {"slice"}      # only the second y[:, :16]
+    assert len(graph.folded) == 1
+
+
+def test_a_profile_remapped_or_adapted_to_eager_torch_frees_no_slices():
+    import dataclasses
+
+    from annette_torch import load_profile
+    from annette_torch.layer_models.adapted import Adaptation
+    from annette_torch.transfer.fewshot import MAPPING_NAMES, remapped
+
+    graph = trace(GhostTail(24).eval(), input_shape=(1, 16, 16, 16))
+    openvino = load_profile("openvino-cpu")
+    for profile in (remapped(openvino, MAPPING_NAMES["eager"]),
+                    dataclasses.replace(openvino, adaptation=Adaptation(fusion="none", optimizes_graph=False))):
+        rows = _slice_rows(_quiet_estimator(profile), graph)
+        assert (rows["time_ms"] > 0).all()
+    assert _slice_rows(_quiet_estimator(remapped(openvino, MAPPING_NAMES["source"])), graph)["time_ms"].eq(0).all()

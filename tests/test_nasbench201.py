@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from annette_torch import trace
-from annette_torch.nas.nasbench201 import (EDGES, OPS, Cell, NB201Network, arch_string, edge_module, parse_arch,
+from annette_torch.nas.nasbench201 import (EDGES, OPS, Cell, NB201Network, Zero, arch_string, parse_arch,
                                             sample_architectures)
 
 EXAMPLE = "|nor_conv_3x3~0|+|nor_conv_3x3~0|avg_pool_3x3~1|+|skip_connect~0|nor_conv_3x3~1|skip_connect~2|"
@@ -40,51 +40,51 @@ def test_output_shape_and_trace():
     assert NB201Network(EXAMPLE, C=8, N=1, num_classes=3)(torch.randn(1, 3, 32, 32)).shape == (1, 3)
 
 
-def test_none_only_cells_output_zeros_without_work():
-    model = NB201Network(arch_string(["none"] * 6), N=2).eval()
-    cell = model.cells[0]
-    assert len(cell.edges) == 0 and not model.depends_on_input
-    x = torch.randn(1, 16, 32, 32)
-    assert torch.equal(cell(x), torch.zeros_like(x))
-    assert model(torch.randn(1, 3, 32, 32)).shape == (1, 10)
-    # skip/pool of a zero node add nothing; a conv of one still runs (BN of zeros is not zero)
-    ops = ("none", "skip_connect", "avg_pool_3x3", "none", "nor_conv_1x1", "skip_connect")
-    cell = NB201Network(ops, N=1).cells[0]
-    assert sorted(cell.edges) == ["0_2", "1_3", "2_3"]
-    assert cell.depends_on_input
-
-
-def test_nodes_the_output_does_not_use_are_not_run():
+def test_cells_are_built_as_the_reference_implementation_builds_them():
+    """Every edge is a module and runs (``none`` is ``x.mul(0.)``), every node is
+    computed, also those the output does not use, and node 3 is the output."""
     ops = ("nor_conv_3x3", "nor_conv_1x1", "nor_conv_3x3", "skip_connect", "none", "none")
     model = NB201Network(ops, N=1).eval()
-    assert sorted(model.cells[0].edges) == ["0_1", "0_2", "0_3", "1_2"]   # kept: parameters as in NB201
-    assert list(model.cells[0].inputs) == [3]
+    cell = model.cells[0]
+    assert sorted(cell.edges) == sorted(f"{s}_{t}" for s, t in EDGES)
+    assert isinstance(cell.edges["1_3"], Zero) and isinstance(cell.edges["0_3"], torch.nn.Identity)
     graph = trace(model, input_shape=(1, 3, 32, 32))
-    assert graph.kind_counts()["conv"] == 1 + 2 * 3       # the stem and the reductions' convs only
+    assert graph.kind_counts()["conv"] == 1 + 2 * 3 + 3 * 3     # stem, reductions, 3 convs per cell
+    assert graph.kind_counts()["mul"] == 2 * 3                   # two none edges per cell
+    x = torch.randn(1, 16, 8, 8)
+    assert torch.equal(Zero()(x), x * 0)
 
 
-def test_a_cell_computing_a_constant_is_flagged():
-    model = NB201Network(("none", "none", "nor_conv_3x3", "none", "none", "nor_conv_1x1"), N=1).eval()
-    assert not model.depends_on_input
-    assert torch.allclose(model(torch.randn(1, 3, 32, 32)), model(torch.randn(1, 3, 32, 32)))
-    assert NB201Network(("nor_conv_3x3", "none", "nor_conv_3x3", "none", "none", "nor_conv_1x1")).depends_on_input
+def test_none_only_cells_run_and_output_zeros():
+    model = NB201Network(arch_string(["none"] * 6), N=2).eval()
+    x = torch.randn(1, 16, 32, 32)
+    assert torch.equal(model.cells[0](x), torch.zeros_like(x))
+    assert model(torch.randn(1, 3, 32, 32)).shape == (1, 10)
+    graph = trace(model, input_shape=(1, 3, 32, 32))
+    assert graph.kind_counts()["mul"] == 6 * 2 * 3 and not graph.dead
+
+
+def test_a_bad_cell_says_what_is_wrong():
+    with pytest.raises(ValueError, match="6 edge ops"):
+        Cell(("none",) * 5, 8)
+    with pytest.raises(ValueError, match="no module for op 'conv'"):
+        Cell(("conv",) * 6, 8)
 
 
 def _reference_cell(cell: Cell, x):
-    """NAS-Bench-201's cell as published: every edge run, ``none`` as ``x * 0``."""
+    """NAS-Bench-201's cell as published (xautodl's InferCell.forward): node j is
+    Python's ``sum`` of its edges' outputs, ``none`` as ``x * 0``."""
     nodes = [x]
     for target in (1, 2, 3):
-        node = 0
+        terms = []
         for (source, t), op in zip(EDGES, cell.ops):
             if t == target:
-                key = f"{source}_{target}"
-                module = cell.edges[key] if key in cell.edges else edge_module(op, x.shape[1]) if op != "none" else None
-                node = node + (nodes[source] * 0 if module is None else module(nodes[source]))
-        nodes.append(node)
+                terms.append(nodes[source] * 0 if op == "none" else cell.edges[f"{source}_{target}"](nodes[source]))
+        nodes.append(sum(terms))
     return nodes[3]
 
 
-def test_pruned_cells_compute_what_the_published_cells_compute():
+def test_cells_compute_what_the_published_cells_compute():
     torch.manual_seed(0)
     for arch in sample_architectures(40, seed=3):
         cell = Cell(parse_arch(arch), 4).eval()

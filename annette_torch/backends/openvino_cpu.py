@@ -26,6 +26,9 @@ class OpenVinoCpu(OnnxBackend):
 
     name = "openvino-cpu"
     precisions = ("f32", "bf16", "f16")
+    # OpenVINO 2026.4's runtime model has no StridedSlice for a Slice that selects its whole
+    # input (GhostNet's cat(...)[:, :out_chs]); one selecting part of it runs as a copy (ref)
+    removes_identity_slices = True
 
     def runtime_version(self) -> str:
         import openvino as ov  # imported on use: importing annette_torch loads no runtime

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 import numpy as np
 
 from ..kinds import FEATURES, KINDS, LayerCounts
+from ..kinds.elementwise import is_identity_arithmetic
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -88,8 +89,22 @@ class LayerGraph:
         return self._cache["dead"]
 
     @property
+    def identity_arithmetic(self) -> frozenset[str]:
+        """Names of the layers that return their one tensor operand unchanged: ``x + 0``,
+        ``x - 0``, ``x * 1``, ``x / 1`` with a Python number (``sum(terms)`` starts with
+        ``0 + terms[0]``). The ONNX export drops the integer ones; OpenVINO and ONNX Runtime
+        remove the others."""
+        if "identity_arithmetic" not in self._cache:
+            self._cache["identity_arithmetic"] = frozenset(
+                layer.name for layer in self.layers
+                if len(layer.parents) <= 1 and len(layer.input_shapes) == 1 and layer.output_shapes == layer.input_shapes
+                and is_identity_arithmetic(layer.kind, layer.op, layer.attrs))
+        return self._cache["identity_arithmetic"]
+
+    @property
     def folded(self) -> frozenset[str]:
-        """Names of the layers a graph compiler removes: the :attr:`dead` ones, those
+        """Names of the layers a graph compiler removes: the :attr:`dead` ones, the
+        :attr:`identity_arithmetic` ones, those
         computed from constants only (constant-kind layers such as ``zeros_like``, and
         every layer all of whose parents are such layers: a conv applied to a NAS cell's
         zero node), and repeats of a parameter-free layer, the same op with the same
@@ -107,13 +122,27 @@ class LayerGraph:
                 elif (layer.counts.weight_elems == 0 and layer.parents and not layer.free
                       and all(len(self[p].output_shapes) <= 1 for p in layer.parents)):
                     inputs = tuple(same_as.get(p, p) for p in layer.parents)
-                    key = (layer.kind, layer.op, inputs, layer.input_shapes, repr(sorted(layer.attrs.items())))
+                    key = (layer.kind, layer.op, inputs, layer.input_shapes, layer.output_shapes,
+                           repr(sorted(layer.attrs.items())))
                     if key in first:
                         same_as[layer.name] = first[key]
                     else:
                         first[key] = layer.name
-            self._cache["folded"] = frozenset(constant | same_as.keys() | self.dead)
+            self._cache["folded"] = frozenset(constant | same_as.keys() | self.dead | self.identity_arithmetic)
         return self._cache["folded"]
+
+    @property
+    def identity_slices(self) -> frozenset[str]:
+        """Names of the slices that select their whole input (``x[:, :n]`` where ``x`` has
+        ``n`` channels, GhostNet's ``cat(...)[:, :out_chs]``): basic indexing of one tensor
+        whose output has the input's shape. A compiler that removes no-op slices (OpenVINO)
+        runs nothing for them."""
+        if "identity_slices" not in self._cache:
+            self._cache["identity_slices"] = frozenset(
+                layer.name for layer in self.layers
+                if layer.kind == "slice" and layer.attrs.get("view") and len(layer.input_shapes) == 1
+                and layer.output_shapes == layer.input_shapes)
+        return self._cache["identity_slices"]
 
     def __iter__(self) -> Iterator[Layer]:
         return iter(self.layers)

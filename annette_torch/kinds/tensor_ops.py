@@ -55,6 +55,16 @@ class Slice(_DataMovement):
            "torchvision.models.swin_transformer._get_relative_position_bias")
     onnx_ops = ("Slice", "Gather", "GatherElements", "GatherND")
 
+    def attrs_from_call(self, args, kwargs):
+        """``view``: every argument after the tensor is basic (ints, slices, ``None``,
+        ``...``: ``x[:, :16]``, ``narrow``, ``select``), so the result is a window of the
+        input, not a gather (tensor or list indices); ``index``: those arguments as text,
+        tensors by shape (two slices of one tensor are the same layer only if it matches)."""
+        rest = [i for a in args[1:] for i in (a if isinstance(a, tuple) else (a,))]
+        basic = all(isinstance(i, (int, slice, type(None), type(Ellipsis))) and not isinstance(i, bool) for i in rest)
+        described = [f"tensor{tuple(i.shape)}" if isinstance(i, torch.Tensor) else repr(i) for i in rest]
+        return {"view": basic and bool(rest), "index": ", ".join(described + [f"{k}={v!r}" for k, v in kwargs.items()])}
+
 
 @register_kind
 class Reshape(_DataMovement):

@@ -15,6 +15,11 @@ kernel is marked ``possibly-fused`` whenever the fused layer has several inputs,
 the target may have merged it elsewhere (the ANNETTE paper's third state). A fused kernel keeps the primary layer's dimensions;
 its ops and weights are the sums over its layers, its inputs are what it reads from
 outside, its output is that of its last layer.
+
+Layers the target removes are free kernels and fuse with nothing; those that pass their
+input on unchanged (a slice of a whole tensor, ``x + 0``) are also looked through: their
+consumers fuse as if they read the layer before them (``sum(terms)``'s ``0 + terms[0]``
+keeps the residual add fusing into its conv).
 """
 from __future__ import annotations
 
@@ -50,21 +55,34 @@ class KernelTable:
 NO_INPUT_GRAD = ":no-input-grad"   # kind suffix of a training kernel whose inputs need no gradient
 
 
+def removed_layers(graph: LayerGraph, optimize_graph: bool = False, remove_dead: bool | None = None,
+                   remove_identity_slices: bool = False) -> frozenset[str]:
+    """The layers of ``graph`` a target's compiler removes: with ``optimize_graph``
+    :attr:`LayerGraph.folded` (constant subgraphs, repeated parameter-free layers and dead
+    layers), with ``remove_dead`` (default: ``optimize_graph``) the :attr:`LayerGraph.dead`
+    ones, with ``remove_identity_slices`` :attr:`LayerGraph.identity_slices`."""
+    removed = graph.folded if optimize_graph else frozenset()
+    if optimize_graph if remove_dead is None else remove_dead:
+        removed = removed | graph.dead
+    return removed | graph.identity_slices if remove_identity_slices else removed
+
+
 def map_kernels(graph: LayerGraph, rules: tuple[FusionRule, ...], optimize_graph: bool = False,
-                input_requires_grad: bool | None = None, counting: Counting | None = None) -> KernelTable:
+                input_requires_grad: bool | None = None, counting: Counting | None = None,
+                remove_dead: bool | None = None, remove_identity_slices: bool = False) -> KernelTable:
     """Kernel table of ``graph`` under ``rules``, its layers counted as ``counting`` says
-    (:mod:`.counting`; default: annette_torch's counts); with ``optimize_graph`` the layers a
-    graph compiler removes (:attr:`LayerGraph.folded`: constant subgraphs, repeated
-    parameter-free layers) are free kernels. For a training pass, ``input_requires_grad``
+    (:mod:`.counting`; default: annette_torch's counts); the layers the target's compiler
+    removes (:func:`removed_layers` of ``optimize_graph``, ``remove_dead`` and
+    ``remove_identity_slices``) are free kernels. For a training pass, ``input_requires_grad``
     says whether the network input requires grad (a data batch does not; a calibration
     benchmark's input does): a kernel with weights whose inputs need no gradient (the
     first conv of a network, or one after ``detach``) computes only its weights'
     gradients, so its kind gets the suffix :data:`NO_INPUT_GRAD`. Cached on the graph."""
-    key = ("kernels", rules, optimize_graph, input_requires_grad, counting)
+    key = ("kernels", rules, optimize_graph, input_requires_grad, counting, remove_dead, remove_identity_slices)
     cached = graph._cache.get(key)
     if cached is None:
         feats = graph.features if counting is None else counting.features(graph)
-        cached = _map(graph, rules, graph.folded if optimize_graph else frozenset(), feats)
+        cached = _map(graph, rules, removed_layers(graph, optimize_graph, remove_dead, remove_identity_slices), feats)
         if input_requires_grad is not None:
             cached = _mark_no_input_grad(graph, cached, input_requires_grad)
         graph._cache[key] = cached
@@ -99,13 +117,33 @@ def _groups(kinds: list[str]) -> dict[str, np.ndarray]:
     return {kind: np.array(idx, dtype=np.intp) for kind, idx in groups.items()}
 
 
+def _see_through(graph: LayerGraph, removed: frozenset[str]) -> tuple[dict[str, str], dict[str, list[str]]]:
+    """(source, children) of ``graph`` with the removed layers that pass their one input
+    on unchanged (:attr:`LayerGraph.identity_slices`, :attr:`LayerGraph.identity_arithmetic`)
+    taken out: ``source[name]`` is the layer whose output such a layer passes on, and a
+    layer's children are those that read its output directly or through such layers."""
+    passing = removed & (graph.identity_slices | graph.identity_arithmetic)
+    source: dict[str, str] = {}
+    for layer in graph.layers:
+        if layer.name in passing and layer.parents:
+            source[layer.name] = source.get(layer.parents[0], layer.parents[0])
+    if not source:
+        return source, graph.children
+    children: dict[str, list[str]] = {layer.name: [] for layer in graph.layers}
+    for layer in graph.layers:
+        if layer.name not in source:
+            for parent in layer.parents:
+                children[source.get(parent, parent)].append(layer.name)
+    return source, children
+
+
 def _map(graph: LayerGraph, rules: tuple[FusionRule, ...], folded: frozenset[str], feats: np.ndarray) -> KernelTable:
     by_pair: dict[tuple[str, str], list[FusionRule]] = {}
     for rule in rules:
         by_pair.setdefault((rule.primary, rule.secondary), []).append(rule)
     secondaries = {rule.secondary for rule in rules}
-    children = graph.children
-    returned = frozenset(graph.outputs or ())
+    source, children = _see_through(graph, folded)
+    returned = frozenset(source.get(name, name) for name in graph.outputs or ())
 
     kernel_of: dict[str, int] = {}
     kinds: list[str] = []
@@ -116,7 +154,7 @@ def _map(graph: LayerGraph, rules: tuple[FusionRule, ...], folded: frozenset[str
         target = None
         if layer.kind in secondaries and not layer.free and layer.name not in folded:
             candidates = []
-            for parent in layer.parents:
+            for parent in dict.fromkeys(source.get(p, p) for p in layer.parents):
                 k = kernel_of[parent]
                 if graph.layers[members[k][-1]].name != parent or children[parent] != [layer.name] \
                         or parent in returned:

@@ -8,10 +8,14 @@ Architectures are written as in NAS-Bench-201, edges grouped by target node::
 
 The network is the benchmark's CIFAR skeleton: stem conv 3x3 + BN to ``C`` channels, three
 stages of ``N`` cells (``C``, ``2C``, ``4C`` channels) joined by ResNet reduction blocks,
-then BN + ReLU, global average pooling and a linear classifier. ``none`` edges do no work:
-they are left out of the sums, and so are ``skip_connect`` / ``avg_pool_3x3`` edges whose
-source is known to be zero; a node with no remaining input is ``zeros_like`` its cell input,
-and nodes the cell output does not use are not computed.
+then BN + ReLU, global average pooling and a linear classifier.
+
+Cells are built as the benchmark's own code builds them (``InferCell`` of xautodl, the
+NAS-Bench-201 reference implementation): every edge is a module and runs, ``none`` is the
+``Zero`` op ``x.mul(0.)`` (so every node feeds node 3, the output), and each node is
+Python's ``sum`` of its edges (``0 + first edge + ...``). Nothing is pruned for the
+estimator: what a runtime removes (the ``0 +``) it removes from the network as users write
+it. :data:`CELL_VERSION` names this construction.
 """
 from __future__ import annotations
 
@@ -25,6 +29,10 @@ from torch import nn
 OPS = ("none", "skip_connect", "nor_conv_1x1", "nor_conv_3x3", "avg_pool_3x3")
 #: (source, target) node of each of the 6 edges, in arch-string order.
 EDGES = ((0, 1), (0, 2), (1, 2), (0, 3), (1, 3), (2, 3))
+#: How cells are built: 2 = the reference implementation's ``InferCell`` (this module);
+#: 1 = cells without their ``none`` edges and unused nodes (before 2026-12-01). Latencies
+#: measured on one construction say nothing about the other.
+CELL_VERSION = 2
 
 
 def parse_arch(arch: str) -> tuple[str, ...]:
@@ -83,8 +91,18 @@ class ReLUConvBN(nn.Sequential):
                          nn.BatchNorm2d(cout))
 
 
+class Zero(nn.Module):
+    """The ``none`` edge: ``x.mul(0.)``, as the reference implementation computes it (a
+    multiplication a runtime still runs, not a constant)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.mul(0.0)
+
+
 def edge_module(op: str, channels: int) -> nn.Module:
-    """The module of one non-``none`` edge op on ``channels`` channels."""
+    """The module of one edge op on ``channels`` channels."""
+    if op == "none":
+        return Zero()
     if op == "skip_connect":
         return nn.Identity()
     if op == "nor_conv_1x1":
@@ -93,51 +111,25 @@ def edge_module(op: str, channels: int) -> nn.Module:
         return ReLUConvBN(channels, channels, 3)
     if op == "avg_pool_3x3":
         return nn.AvgPool2d(3, stride=1, padding=1, count_include_pad=False)
-    raise ValueError(f"no module for op {op!r}; ops are {', '.join(OPS[1:])}")
-
-
-def cell_plan(ops: Sequence[str]) -> tuple[list[tuple[int, int, str]], set[int], bool]:
-    """(edges that do work as (source, target, op), nodes the cell output uses, whether the
-    output depends on the cell input) of a cell of 6 ``ops``. ``none`` edges, and
-    ``skip_connect`` / ``avg_pool_3x3`` edges from a node that is all zeros, add nothing."""
-    zero = [False, True, True, True]          # which nodes are known to be all zeros
-    varies = [True, False, False, False]      # which nodes depend on the cell input
-    kept = []
-    for (source, target), op in zip(EDGES, ops):
-        if op == "none" or (zero[source] and op in ("skip_connect", "avg_pool_3x3")):
-            continue
-        kept.append((source, target, op))
-        zero[target] = False
-        varies[target] = varies[target] or varies[source]
-    live = {3}
-    for source, target, _ in reversed(kept):  # targets in descending order
-        if target in live:
-            live.add(source)
-    return kept, live, varies[3]
+    raise ValueError(f"no module for op {op!r}; ops are {', '.join(OPS)}")
 
 
 class Cell(nn.Module):
-    """One NAS-Bench-201 cell. ``edges`` holds a module per edge that does work, keyed
-    ``"<source>_<target>"``; edges into nodes the output does not use keep their modules
-    (so parameter counts are the benchmark's) but are not run. ``depends_on_input``: False
-    when every path from the input to the output passes a ``none`` edge (the cell, and a
-    network of it, computes a constant)."""
+    """One NAS-Bench-201 cell as the reference implementation builds it: ``edges`` holds
+    the module of each of the 6 edges, keyed ``"<source>_<target>"``; node j is the sum of
+    ``edges[f"{i}_{j}"](node i)`` over i < j, all nodes are computed, node 3 is returned."""
 
     def __init__(self, ops: Sequence[str], channels: int) -> None:
         super().__init__()
         self.ops = tuple(ops)
-        kept, live, self.depends_on_input = cell_plan(self.ops)
-        self.edges = nn.ModuleDict({f"{s}_{t}": edge_module(op, channels) for s, t, op in kept})
-        self.inputs = {t: [(s, f"{s}_{t}") for s, t_, _ in kept if t_ == t] for t in (1, 2, 3) if t in live}
+        if len(self.ops) != len(EDGES):
+            raise ValueError(f"a cell has {len(EDGES)} edge ops, got {len(self.ops)}: {self.ops!r}")
+        self.edges = nn.ModuleDict({f"{s}_{t}": edge_module(op, channels) for (s, t), op in zip(EDGES, self.ops)})
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        nodes = {0: x}
-        for target, inputs in self.inputs.items():
-            terms = [self.edges[key](nodes[source]) for source, key in inputs]
-            node = torch.zeros_like(x) if not terms else terms[0]
-            for term in terms[1:]:
-                node = node + term
-            nodes[target] = node
+        nodes = [x]
+        for target in (1, 2, 3):
+            nodes.append(sum(self.edges[f"{source}_{target}"](nodes[source]) for source in range(target)))
         return nodes[3]
 
 
@@ -157,9 +149,7 @@ class ResNetReduction(nn.Module):
 
 class NB201Network(nn.Module):
     """The NAS-Bench-201 CIFAR network of ``arch`` (an arch string or 6 ops) with ``N``
-    cells per stage, ``C`` stem channels and ``num_classes`` outputs; returns the logits.
-    ``depends_on_input`` is False when the cell computes a constant (see :class:`Cell`):
-    then so does the network, and a runtime folds it to a constant with no input."""
+    cells per stage, ``C`` stem channels and ``num_classes`` outputs; returns the logits."""
 
     def __init__(self, arch: str | Sequence[str], C: int = 16, N: int = 5, num_classes: int = 10) -> None:
         super().__init__()
@@ -172,7 +162,6 @@ class NB201Network(nn.Module):
                 blocks.append(ResNetReduction(channels // 2, channels))
             blocks += [Cell(self.ops, channels) for _ in range(N)]
         self.cells = nn.Sequential(*blocks)
-        self.depends_on_input = cell_plan(self.ops)[2]
         self.lastact = nn.Sequential(nn.BatchNorm2d(4 * C), nn.ReLU())
         self.global_pooling = nn.AdaptiveAvgPool2d(1)
         self.classifier = nn.Linear(4 * C, num_classes)

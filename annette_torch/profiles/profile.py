@@ -23,6 +23,11 @@ when the profile has tree ensembles, their arrays in a numpy ``.npz`` file besid
       "optimizes_graph": true,                  # the target folds constant subgraphs and computes
                                                 # repeated parameter-free layers once (optional,
                                                 # default false; LayerGraph.folded)
+      "removes_dead_code": true,                # layers whose results reach no output are free
+                                                # (optional, default: optimizes_graph; LayerGraph.dead)
+      "removes_identity_slices": true,          # slices selecting their whole input are free
+                                                # (optional, default false; OpenVINO removes them,
+                                                # ONNX Runtime runs them; LayerGraph.identity_slices)
       "mapping": [{"primary": "conv", "secondary": "relu", "result": "conv",
                    "condition": [{"layer": "secondary", "attr": "kernel_size",
                                   "op": "==", "value": 2}]}, ...],
@@ -124,6 +129,8 @@ class Profile:
     weight_bandwidth_bytes_s: float | None = None
     fused_cost_s_per_elem: dict[str, float] = field(default_factory=dict)
     optimizes_graph: bool = False
+    removes_dead_code: bool | None = None   # None: as optimizes_graph
+    removes_identity_slices: bool = False
     training: dict[str, Any] | None = None
     description: str = ""
     fit_metrics: dict[str, Any] = field(default_factory=dict)
@@ -165,6 +172,8 @@ class Profile:
             "weight_bandwidth_bytes_s": self.weight_bandwidth_bytes_s,
             "fused_cost_s_per_elem": dict(self.fused_cost_s_per_elem),
             "optimizes_graph": self.optimizes_graph,
+            **({"removes_dead_code": self.removes_dead_code} if self.removes_dead_code is not None else {}),
+            **({"removes_identity_slices": True} if self.removes_identity_slices else {}),
             **({"training": self.training} if self.training is not None else {}),
             "mapping": [r.to_dict() for r in self.mapping],
             **({"counting": self.counting.to_dict()} if self.counting is not None else {}),
@@ -274,6 +283,9 @@ class Profile:
         if bandwidth is not None:
             bandwidth = number(bandwidth, "field 'weight_bandwidth_bytes_s'", low=0, low_open=True)
         folds = boolean(data.get("optimizes_graph", False), "field 'optimizes_graph'")
+        dead = data.get("removes_dead_code")
+        dead = None if dead is None else boolean(dead, "field 'removes_dead_code'")
+        identity_slices = boolean(data.get("removes_identity_slices", False), "field 'removes_identity_slices'")
         fused_costs = data.get("fused_cost_s_per_elem") or {}
         if not isinstance(fused_costs, dict):
             raise fail("fused_cost_s_per_elem", f"expected an object of layer kind -> seconds >= 0, got {fused_costs!r}")
@@ -292,7 +304,8 @@ class Profile:
                    layer_models=models, model_preference=tuple(preference), mapping=tuple(rules), overhead_ms=overhead,
                    kernel_overhead_ms=per_kernel, weight_bandwidth_bytes_s=bandwidth,
                    fused_cost_s_per_elem={str(k): v for k, v in fused_costs.items()},
-                   optimizes_graph=folds, training=training, description=data.get("description") or "",
+                   optimizes_graph=folds, removes_dead_code=dead, removes_identity_slices=identity_slices,
+                   training=training, description=data.get("description") or "",
                    fit_metrics=dict(data.get("fit_metrics") or {}), notes=list(data.get("notes") or []),
                    source=source, adaptation=adaptation, counting=counting, ranges=ranges)
 

@@ -322,8 +322,11 @@ def remapped(profile: Profile, mapping: MappingChoice) -> Profile:
     says: the plain profile whose kernels an adaptation with that mapping corrects."""
     base = unadapted(profile)
     adaptation = Adaptation(fusion=mapping[0], optimizes_graph=mapping[1])
+    eager = mapping[1] is False                 # the target removes nothing (eager PyTorch)
     return dataclasses.replace(base, mapping=adaptation.rules(base.mapping),
-                               optimizes_graph=adaptation.folds(base.optimizes_graph))
+                               optimizes_graph=adaptation.folds(base.optimizes_graph),
+                               removes_dead_code=False if eager else base.removes_dead_code,
+                               removes_identity_slices=base.removes_identity_slices and not eager)
 
 
 def source_kernels(profile: Profile, graphs: Sequence[LayerGraph],

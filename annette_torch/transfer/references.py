@@ -19,7 +19,7 @@ from typing import Callable, Sequence, TypeVar
 import numpy as np
 from torch import nn
 
-from ..nas.nasbench201 import NB201Network, cell_plan, parse_arch, sample_architectures
+from ..nas.nasbench201 import NB201Network, sample_architectures
 
 T = TypeVar("T")
 
@@ -52,12 +52,10 @@ def torchvision_model(name: str) -> nn.Module:
 
 def reference_pool() -> list[Network]:
     """The fixed pool: :data:`REFERENCE_TORCHVISION` (sets ``mobile`` and ``large``) and
-    :data:`REFERENCE_NB201_COUNT` NAS-Bench-201 cells whose output depends on the input
-    (set ``nb201``)."""
+    :data:`REFERENCE_NB201_COUNT` NAS-Bench-201 cell networks (set ``nb201``)."""
     zoo = [Network(group, m, (1, 3, 224, 224), lambda m=m: torchvision_model(m))
            for group, names in REFERENCE_TORCHVISION.items() for m in names]
-    cells = [a for a in sample_architectures(3 * REFERENCE_NB201_COUNT, seed=REFERENCE_NB201_SEED)
-             if cell_plan(parse_arch(a))[2]][:REFERENCE_NB201_COUNT]
+    cells = sample_architectures(REFERENCE_NB201_COUNT, seed=REFERENCE_NB201_SEED)
     return zoo + [Network("nb201", a, (1, 3, 32, 32), lambda a=a: NB201Network(a).eval()) for a in cells]
 
 

@@ -186,6 +186,10 @@ def build(name: str) -> Profile:
         model_preference=("refined_roofline", "roofline"),
         mapping=tuple(FusionRule.from_dict(r) for r in mapping_rules(mapping_data)),
         overhead_ms=0.0, notes=notes,
+        # both toolchains compile a graph built from the network's outputs (NCS2: the ONNX
+        # export of backends/ncs2.py, which keeps only what reaches an output, for OpenVINO;
+        # ZCU102: vai_q_pytorch's torch.jit trace for vai_c_xir): dead layers never run there
+        removes_dead_code=True,
         fit_metrics={"source": "published ANNETTE parameters; no fit metrics available"},
     )
 
