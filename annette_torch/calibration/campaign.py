@@ -37,7 +37,7 @@ import os
 import time
 from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from tqdm import tqdm
 
@@ -221,8 +221,9 @@ def _serve(connection: Connection, backend_name: str, options: dict[str, Any], w
 _STARTUP_TIMEOUT_S = 300
 
 
-class _Worker:
-    """A worker process that measures one benchmark at a time; restarted after a kill."""
+class MeasuringWorker:
+    """A worker process that measures one benchmark at a time; restarted after a kill
+    (the campaign's, and each fleet node's: :mod:`annette_torch.fleet`)."""
 
     def __init__(self, backend_name: str, options: dict[str, Any], warmup: int, repeats: int, canary_repeats: int,
                  log_path: str) -> None:
@@ -359,15 +360,24 @@ def run_campaign(backend_name: str, sweep: str | Sequence[BenchmarkSpec], out: s
         # a fixed pseudo-random order (by the id's hash) so that a campaign cut short by
         # --minutes still covers every family
         todo = sorted((s for s in specs if s.id not in done), key=lambda s: s.id.rsplit("-", 1)[1])
-        worker = _Worker(backend_name, options, warmup, repeats, protocol.canary_repeats,
+        worker = MeasuringWorker(backend_name, options, warmup, repeats, protocol.canary_repeats,
                          str(store.folder / "worker.log"))
         counts = {"measured": 0, "failed": 0, "layer_rows": 0}
+
+        def commit(network: dict, rows: list[dict]) -> None:
+            store.append(network, rows)
+            counts["measured" if network["status"] == "ok" else "failed"] += 1
+            counts["layer_rows"] += len(rows)
+
         stopped_early = False
         cpu_start = read_cpu_times()
         canary_values: list[float] = []
         try:
             if todo:
                 worker.store_extras(store.folder)      # before the first benchmark, in the measuring process
+                if protocol.drift == "canary" and record.get("canary_ms") is None:
+                    record["canary_ms"] = reference_canary(worker, protocol, timeout_s)
+                    write_record(store.folder, record)
             with tqdm(total=len(todo) * rounds, desc=f"{backend_name} {label}", unit="round", disable=not progress,
                       dynamic_ncols=True) as bar:
                 position, benchmark_s = 0, None
@@ -379,7 +389,8 @@ def run_campaign(backend_name: str, sweep: str | Sequence[BenchmarkSpec], out: s
                     size = CHUNK if remaining is None or benchmark_s is None else \
                         max(1, min(CHUNK, math.floor(remaining / benchmark_s)))
                     chunk = todo[position:position + size]
-                    canary_values += _measure_chunk(chunk, worker, protocol, record, store, timeout_s, counts, bar)
+                    canary_values += measure_chunk(chunk, worker, protocol, record.get("canary_ms"), commit,
+                                                   timeout_s, bar)
                     position += len(chunk)
                     benchmark_s = (time.monotonic() - start) / position
                     bar.set_postfix(failed=counts["failed"])
@@ -395,21 +406,33 @@ def _now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _measure_chunk(chunk: list[BenchmarkSpec], worker: _Worker, protocol: Protocol, record: dict[str, Any],
-                   store: MeasurementStore, timeout_s: float, counts: dict[str, int], bar: Any) -> list[float]:
-    """Measure one chunk in interleaved rounds and commit each benchmark as soon as it is
-    done (failures after the chunk); returns the canary values of the chunk."""
+def reference_canary(worker: MeasuringWorker, protocol: Protocol, timeout_s: float) -> float:
+    """The canary's reference time: the ``protocol``'s statistic of
+    :data:`~annette_torch.measure.protocol.REFERENCE_ROUNDS` timings in ``worker``."""
+    runs = [t for _ in range(REFERENCE_ROUNDS) for t in _canary(worker, timeout_s)]
+    return statistic_ms(runs, protocol.statistic)
+
+
+def _canary(worker: MeasuringWorker, timeout_s: float) -> list[float]:
+    answer = worker.run("canary", None, timeout_s)
+    if answer[0] != "ok":
+        raise RuntimeError(f"timing the canary failed: {answer[1]}; see worker.log in the store folder")
+    return answer[1]
+
+
+def measure_chunk(chunk: list[BenchmarkSpec], worker: MeasuringWorker, protocol: Protocol,
+                  reference_ms: float | None, commit: Callable[[dict, list[dict]], None], timeout_s: float,
+                  bar: Any = None) -> list[float]:
+    """Measure one chunk in interleaved rounds in ``worker``, the drift expressed against
+    the canary's ``reference_ms`` (:func:`reference_canary`; needed with canary drift
+    correction), and hand each benchmark to ``commit(network row, layer rows)`` as soon as
+    it is done (failures, with status "failed" and no layer rows, after the chunk);
+    returns the canary values of the chunk. ``bar``: a tqdm bar updated per round."""
     by_id = {spec.id: spec for spec in chunk}
     walls: dict[str, float] = {spec.id: 0.0 for spec in chunk}
 
     def ask(request: str, argument: Any) -> tuple:
         return worker.run(request, argument, timeout_s)
-
-    def canary() -> list[float]:
-        answer = ask("canary", None)
-        if answer[0] != "ok":
-            raise RuntimeError(f"timing the canary failed: {answer[1]}; see worker.log in the store folder")
-        return answer[1]
 
     def measure(key: str) -> Profiled:
         began = time.perf_counter()
@@ -419,29 +442,24 @@ def _measure_chunk(chunk: list[BenchmarkSpec], worker: _Worker, protocol: Protoc
             raise ItemFailed(answer[1])
         return answer[1]
 
-    def commit(key: str, rounds: list[Profiled], factors: list[float]) -> None:
+    def finished(key: str, rounds: list[Profiled], factors: list[float]) -> None:
         spec = by_id[key]
         answer = ask("rows", (spec.to_json(), merge_rounds(rounds, factors), protocol.statistic, walls[key]))
         if answer[0] != "ok":
             fail(spec, answer[1])
             return
         _, network, rows = answer
-        store.append({**network, "finished_utc": _now()}, rows)
-        counts["measured"] += 1
-        counts["layer_rows"] += len(rows)
+        commit({**network, "finished_utc": _now()}, rows)
 
     def fail(spec: BenchmarkSpec, error: str) -> None:
-        store.append({"benchmark": spec.id, "family": spec.family, "spec": spec.to_json(), "status": "failed",
-                      "error": error, "wall_s": walls[spec.id], "finished_utc": _now()}, [])
-        counts["failed"] += 1
+        commit({"benchmark": spec.id, "family": spec.family, "spec": spec.to_json(), "status": "failed",
+                "error": error, "wall_s": walls[spec.id], "finished_utc": _now()}, [])
 
     use_canary = protocol.drift == "canary"
-    if use_canary and record.get("canary_ms") is None:
-        runs = [t for _ in range(REFERENCE_ROUNDS) for t in canary()]
-        record["canary_ms"] = statistic_ms(runs, protocol.statistic)
-        write_record(store.folder, record)
-    session = interleave(list(by_id), measure, protocol, canary if use_canary else None, record.get("canary_ms"),
-                         commit, progress=bar)
+    if use_canary and reference_ms is None:
+        raise ValueError("canary drift correction needs the canary's reference time (reference_canary)")
+    session = interleave(list(by_id), measure, protocol, (lambda: _canary(worker, timeout_s)) if use_canary else None,
+                         reference_ms, finished, progress=bar)
     for key, error in session.failures.items():
         fail(by_id[key], error)
     return session.canary_ms
