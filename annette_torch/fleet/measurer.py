@@ -56,9 +56,10 @@ class NodeMeasurer:
         """The device's fingerprint as measured here (the store it goes to)."""
         return get_backend(self.backend_name, **self.options).fingerprint()
 
-    def pid(self) -> int:
-        """This actor's process id (for tests and operators)."""
-        return os.getpid()
+    def where(self) -> dict[str, Any]:
+        """The Ray node id and process id this measurer runs in (for tests and operators)."""
+        import ray
+        return {"node_id": ray.get_runtime_context().get_node_id(), "pid": os.getpid()}
 
     def store_extras(self) -> dict[str, bytes]:
         """The backend's store extras, measured here: file name -> content, for the driver to write."""
