@@ -194,3 +194,31 @@ def test_the_estimator_in_a_ray_task_equals_the_local_one(cluster):
     graph = trace(small_net(), input_shape=(1, 3, 16, 16))
     by_value, rebuilt = ray.get(estimate_remotely.remote(estimator, graph))
     assert by_value == rebuilt == estimator(graph)
+
+
+def test_adapt_measures_its_reference_networks_on_the_fleet(cluster):
+    from annette_torch.backends import get_backend
+    from annette_torch.transfer.adapt import few_shot
+
+    with pytest.warns(UserWarning):                      # one sample: FewSamplesWarning
+        profile = few_shot(["torch-cpu"], "torch-cpu", 1, None, 1, 0, protocol=Protocol(rounds=1, warmup=0, repeats=2,
+                                                                                        drift="none"),
+                           ray_address="test", ray_resource=RESOURCE)
+    assert profile.adaptation is not None
+    assert {k: v for k, v in profile.fingerprint.items() if k != "device"} == get_backend("torch-cpu").fingerprint()
+
+
+def test_the_accuracy_benchmark_measures_on_the_fleet(cluster, tmp_path):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("accuracy", ROOT / "benchmarks" / "accuracy.py")
+    accuracy = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("accuracy", accuracy)
+    spec.loader.exec_module(accuracy)
+    from annette_torch.backends import get_backend
+
+    nets = [accuracy.Network("a", "small", (1, 3, 8, 8), lambda: nn.Sequential(nn.Conv2d(3, 4, 3)).eval())]
+    rows, path, failures = accuracy.measure_networks(get_backend("torch-cpu"), nets, tmp_path,
+                                                     Protocol(rounds=1, warmup=0, repeats=2, drift="none"),
+                                                     progress=False, fleet=accuracy.Fleet("test", RESOURCE))
+    assert not failures and list(rows["network"]) == ["small"] and path.exists()

@@ -12,7 +12,7 @@ never by ``import annette_torch``.
 """
 from .campaign import DevicePlan, FleetWarning, plan_fleet_campaign, run_fleet_campaign
 from .cluster import AUTO, LOCAL, FleetError, connected
-from .networks import measure_networks_on_fleet
+from .networks import device_fingerprint, measure_networks_on_fleet
 
-__all__ = ["AUTO", "DevicePlan", "FleetError", "FleetWarning", "LOCAL", "connected", "measure_networks_on_fleet",
+__all__ = ["AUTO", "DevicePlan", "FleetError", "FleetWarning", "LOCAL", "connected", "device_fingerprint", "measure_networks_on_fleet",
            "plan_fleet_campaign", "run_fleet_campaign"]

@@ -1,6 +1,7 @@
 """Networks measured end to end on a fleet node: ``adapt --ray`` and the accuracy benchmark.
 
     fingerprint, session = measure_networks_on_fleet("ncs2", items, protocol, address="auto")
+    device_fingerprint("ncs2", address="auto")     # which results folder a session's numbers go to
 
 The session (:func:`annette_torch.measure.networks.measure_networks`, the same protocol
 as a local one) runs as one Ray task on a node advertising the device resource, in a
@@ -32,6 +33,23 @@ def _measure_on_node(backend_name: str, options: dict[str, Any], items: Sequence
     backend = get_backend(backend_name, **options)
     backend.prepare_process()
     return backend.fingerprint(), measure_networks(backend, items, protocol, reference_ms, progress=False)
+
+
+def _fingerprint_on_node(backend_name: str, options: dict[str, Any]) -> dict[str, Any]:
+    return get_backend(backend_name, **options).fingerprint()
+
+
+def device_fingerprint(backend_name: str, address: str = AUTO, resource: str | None = None, threads: int = 1,
+                       precision: str | None = None, backend_options: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The backend fingerprint on a node of the fleet at ``address`` that advertises
+    ``resource`` (default the backend's name): where the results of
+    :func:`measure_networks_on_fleet` belong."""
+    resource = resource or backend_name
+    options = {"threads": threads, "precision": precision, **(backend_options or {})}
+    with connected(address, resource, threads) as ray:
+        require_nodes(ray, resource, address)
+        task = ray.remote(num_cpus=0, max_retries=RETRIES)(_fingerprint_on_node).options(resources={resource: 1})
+        return ray.get(task.remote(backend_name, options))
 
 
 def measure_networks_on_fleet(backend_name: str, items: Sequence[Item], protocol: Protocol, address: str = AUTO,
