@@ -222,3 +222,15 @@ def test_the_accuracy_benchmark_measures_on_the_fleet(cluster, tmp_path):
                                                      Protocol(rounds=1, warmup=0, repeats=2, drift="none"),
                                                      progress=False, fleet=accuracy.Fleet("test", RESOURCE))
     assert not failures and list(rows["network"]) == ["small"] and path.exists()
+
+
+def test_the_distributed_search_example_agrees_with_the_driver(cluster, capsys):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("distributed_search", ROOT / "search_examples" / "distributed_search.py")
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    summary = example.main(["--resolution", "96", "--workers", "2", "--candidates", "60", "--batch", "20"])
+    out = capsys.readouterr().out
+    assert summary["evaluated"] == 60 and "blocks traced" in out and "equal to the worker's" in out
+    assert summary["time_ms"] == summary["driver_ms"] <= summary["budget_ms"]

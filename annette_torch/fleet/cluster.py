@@ -30,10 +30,10 @@ def ray_module() -> Any:
 
 
 @contextlib.contextmanager
-def connected(address: str, resource: str, local_cpus: int = 1) -> Iterator[Any]:
+def connected(address: str, resource: str | None = None, local_cpus: int = 1) -> Iterator[Any]:
     """For the block, this process connected to the Ray cluster at ``address`` as its
     driver: ``auto`` a running cluster (``ray start --head``), ``local`` a cluster of this
-    machine started for the block, advertising ``resource`` once with ``local_cpus`` CPUs,
+    machine started for the block with ``local_cpus`` CPUs (advertising ``resource`` once, if given),
     or a ``HOST:PORT`` / ``ray://`` address. A process already connected (``ray.init``
     called by the caller) is used as it is and left connected."""
     ray = ray_module()
@@ -43,7 +43,7 @@ def connected(address: str, resource: str, local_cpus: int = 1) -> Iterator[Any]
     options: dict[str, Any] = {"include_dashboard": False, "logging_level": "WARNING", "log_to_driver": False}
     try:
         if address == LOCAL:
-            ray.init(num_cpus=local_cpus, resources={resource: 1}, **options)
+            ray.init(num_cpus=local_cpus, resources={resource: 1} if resource else {}, **options)
         else:
             options.pop("include_dashboard")
             ray.init(address=address, **options)
