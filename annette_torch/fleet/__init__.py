@@ -10,9 +10,9 @@ writer of the stores) and :mod:`.networks` (networks measured on a fleet node fo
 ``adapt --ray`` and the accuracy benchmark). Ray is imported when a fleet is used,
 never by ``import annette_torch``.
 """
-from .campaign import DevicePlan, FleetWarning, plan_fleet_campaign, run_fleet_campaign
+from .campaign import DevicePlan, FleetSummary, FleetWarning, plan_fleet_campaign, run_fleet_campaign
 from .cluster import AUTO, LOCAL, FleetError, connected
 from .networks import device_fingerprint, measure_networks_on_fleet
 
-__all__ = ["AUTO", "DevicePlan", "FleetError", "FleetWarning", "LOCAL", "connected", "device_fingerprint", "measure_networks_on_fleet",
+__all__ = ["AUTO", "DevicePlan", "FleetError", "FleetSummary", "FleetWarning", "LOCAL", "connected", "device_fingerprint", "measure_networks_on_fleet",
            "plan_fleet_campaign", "run_fleet_campaign"]

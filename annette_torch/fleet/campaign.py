@@ -24,6 +24,7 @@ finish, because it lost all its nodes, are left for the next run.
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 import warnings
 from collections import deque
@@ -50,6 +51,27 @@ from .measurer import ChunkResult, NodeMeasurer
 RESTARTS = 3
 #: seconds a node's measurer may take to start (load its runtime) before the node is left out
 START_TIMEOUT_S = 300
+
+
+@dataclass(frozen=True)
+class FleetSummary(CampaignSummary):
+    """What one run of a fleet campaign did for one device: a campaign's summary, the
+    device's nodes, the seconds before its first chunk was handed out (connecting,
+    starting the measurers, the store's extras and canary reference) and what the fleet
+    added per benchmark: each chunk's round trip seen by the driver (from handing it out
+    to its rows being back, before they are written as a local campaign writes them)
+    less the time its node spent measuring it, over its benchmarks (NaN when none came
+    back)."""
+
+    nodes: tuple[str, ...] = ()
+    startup_s: float = 0.0
+    overhead_ms_per_benchmark: float = float("nan")
+
+    def __str__(self) -> str:
+        overhead = (f", {self.overhead_ms_per_benchmark:.1f} ms per benchmark over measuring"
+                    if math.isfinite(self.overhead_ms_per_benchmark) else "")
+        return (super().__str__() + f"\nnodes: {', '.join(self.nodes) or 'none left'}; fleet start-up "
+                f"{self.startup_s:.1f} s{overhead}")
 
 
 class FleetWarning(UserWarning):
@@ -137,15 +159,18 @@ class _DeviceRun:
     bar: Any
     counts: dict[str, int] = field(default_factory=lambda: {"measured": 0, "failed": 0, "layer_rows": 0})
     busy: set = field(default_factory=set)
+    nodes: set = field(default_factory=set)          # labels of the nodes that measured a chunk
+    first_chunk_s: float | None = None               # seconds from the run's start to its first chunk
+    overhead_s: float = 0.0                          # summed round trips less measuring time
 
-    def commit(self, result: ChunkResult) -> None:
+    def commit(self, result: ChunkResult, round_trip_s: float, node: Node) -> None:
         """Append each benchmark of a returned chunk to the store (each its own commit)."""
         for network, rows in result.benchmarks:
             self.store.append(network, rows)
             self.counts["measured" if network["status"] == "ok" else "failed"] += 1
             self.counts["layer_rows"] += len(rows)
-        self.bar.update(len(result.benchmarks))
-        self.bar.set_postfix(failed=self.counts["failed"], nodes=len(self.device.measurers))
+        self.overhead_s += round_trip_s - result.wall_s
+        self.nodes.add(node.label)
 
 
 def _todo(specs: Sequence[BenchmarkSpec], done: set[str]) -> list[BenchmarkSpec]:
@@ -162,7 +187,7 @@ def run_fleet_campaign(backend_name: str, sweep: str | Sequence[BenchmarkSpec], 
                        minutes: float | None = None, timeout_s: float | None = None, warmup: int = 5,
                        repeats: int = REPEATS, progress: bool = True, backend_options: dict[str, Any] | None = None,
                        retry_failed: bool = False, rounds: int = ROUNDS, statistic: str = DEFAULT_STATISTIC,
-                       drift: str | None = None, chunk: int = CHUNK) -> list[CampaignSummary]:
+                       drift: str | None = None, chunk: int = CHUNK) -> list[FleetSummary]:
     """Measure the benchmarks of ``sweep`` that each device's store under ``out`` lacks
     on the fleet at ``address`` (see module doc; :func:`~.cluster.connected` for the
     addresses), one summary per device. The options are a local campaign's
@@ -197,13 +222,19 @@ def run_fleet_campaign(backend_name: str, sweep: str | Sequence[BenchmarkSpec], 
                 for run in runs:
                     if run.queue:
                         _prepare(ray, fleet, run, protocol, timeout_s)
-                stopped_early = _schedule(ray, fleet, runs, protocol, timeout_s, deadline)
+                stopped_early = _schedule(ray, fleet, runs, protocol, timeout_s, deadline, start)
                 wall_s = time.monotonic() - start
-                return [CampaignSummary(str(r.store.folder), r.total, r.already_done, r.counts["measured"],
-                                        r.counts["failed"], r.counts["layer_rows"], wall_s,
-                                        stopped_early and bool(r.queue)) for r in runs]
+                return [_summary(r, wall_s, stopped_early) for r in runs]
         finally:
             fleet.stop()
+
+
+def _summary(run: _DeviceRun, wall_s: float, stopped_early: bool) -> FleetSummary:
+    done = run.counts["measured"] + run.counts["failed"]
+    return FleetSummary(str(run.store.folder), run.total, run.already_done, run.counts["measured"],
+                        run.counts["failed"], run.counts["layer_rows"], wall_s, stopped_early and bool(run.queue),
+                        nodes=tuple(sorted(run.nodes)), startup_s=run.first_chunk_s or 0.0,
+                        overhead_ms_per_benchmark=run.overhead_s / done * 1e3 if done else float("nan"))
 
 
 def _prepare(ray: Any, fleet: Fleet, run: _DeviceRun, protocol: Protocol, timeout_s: float) -> None:
@@ -226,11 +257,11 @@ def _prepare(ray: Any, fleet: Fleet, run: _DeviceRun, protocol: Protocol, timeou
 
 
 def _schedule(ray: Any, fleet: Fleet, runs: list[_DeviceRun], protocol: Protocol, timeout_s: float,
-              deadline: float | None) -> bool:
+              deadline: float | None, start: float) -> bool:
     """Hand each free node the next chunk of its device until every queue is empty (or
     ``deadline``, ``time.monotonic()``, has passed), committing chunks as they return;
-    whether the deadline stopped it."""
-    pending: dict[Any, tuple[_DeviceRun, Node, list[BenchmarkSpec]]] = {}
+    whether the deadline stopped it. ``start``: when the run started (for its summary)."""
+    pending: dict[Any, tuple[_DeviceRun, Node, list[BenchmarkSpec], float]] = {}
     stopped_early = False
     while True:
         late = deadline is not None and time.monotonic() >= deadline
@@ -242,12 +273,14 @@ def _schedule(ray: Any, fleet: Fleet, runs: list[_DeviceRun], protocol: Protocol
                 chunk = run.queue.popleft()
                 ref = actor.measure.remote([s.to_json() for s in chunk], protocol, run.record.get("canary_ms"),
                                            timeout_s)
-                pending[ref] = (run, node, chunk)
+                pending[ref] = (run, node, chunk, time.perf_counter())
                 run.busy.add(node)
+                if run.first_chunk_s is None:
+                    run.first_chunk_s = time.monotonic() - start
         if not pending:
             return stopped_early
         [ref], _ = ray.wait(list(pending), num_returns=1)
-        run, node, chunk = pending.pop(ref)
+        run, node, chunk, handed_out = pending.pop(ref)
         run.busy.discard(node)
         try:
             result = ray.get(ref)
@@ -263,7 +296,9 @@ def _schedule(ray: Any, fleet: Fleet, runs: list[_DeviceRun], protocol: Protocol
                 fleet.ray.kill(actor)
             fleet.lost(run.device, node, error)
             continue
-        run.commit(result)
+        run.commit(result, time.perf_counter() - handed_out, node)
+        run.bar.update(len(result.benchmarks))
+        run.bar.set_postfix(failed=run.counts["failed"], nodes=len(run.device.measurers))
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,10 +27,12 @@ from ..measure.protocol import Protocol
 @dataclass
 class ChunkResult:
     """What a node measured of one chunk: per benchmark (network row, layer rows), in
-    the order they finished, and the chunk's canary values."""
+    the order they finished, the chunk's canary values and the seconds measuring took
+    on the node."""
 
     benchmarks: list[tuple[dict, list[dict]]] = field(default_factory=list)
     canary_ms: list[float] = field(default_factory=list)
+    wall_s: float = 0.0
 
 
 def node_log_path(backend_name: str) -> Path:
@@ -74,10 +77,12 @@ class NodeMeasurer:
     def measure(self, specs: list[str], protocol: Protocol, reference_ms: float | None,
                 timeout_s: float) -> ChunkResult:
         """One chunk (benchmark specs as JSON) measured with ``protocol`` (:func:`measure_chunk`)."""
+        start = time.perf_counter()
         result = ChunkResult()
         chunk = [BenchmarkSpec.from_json(spec) for spec in specs]
         result.canary_ms = measure_chunk(chunk, self.worker, protocol, reference_ms,
                                          lambda network, rows: result.benchmarks.append((network, rows)), timeout_s)
+        result.wall_s = time.perf_counter() - start
         return result
 
     def stop(self) -> None:
