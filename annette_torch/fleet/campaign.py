@@ -133,6 +133,9 @@ class Fleet:
                           f"{device.name}" + ("" if alive else "; the node is gone"), FleetWarning, stacklevel=2)
             return
         device.restarts[node] += 1
+        warnings.warn(f"the measurer on node {node.label} was lost ({_reason(error)}); its chunk goes back to the "
+                      f"queue of {device.name} and the node gets a new measurer "
+                      f"({device.restarts[node]} of {RESTARTS})", FleetWarning, stacklevel=2)
         device.measurers[node] = self._start(node)
 
     def stop(self) -> None:
