@@ -25,7 +25,8 @@ after it are done; what the store already holds is skipped, so an interrupted ca
 command again. The worker's console output (runtime logs) goes to ``worker.log`` in the
 store folder. ``minutes`` bounds the wall time of one run of the campaign, for campaigns
 done in chunks: near the limit chunks shrink to what fits, so a run ends within about
-one benchmark of it.
+one benchmark of it. The same chunks, with the same worker and :func:`measure_chunk`,
+run on the nodes of a Ray cluster in a fleet campaign (:mod:`annette_torch.fleet`).
 """
 from __future__ import annotations
 
