@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-import torch
 from torch import nn
 
 ray = pytest.importorskip("ray")
@@ -107,12 +106,23 @@ def test_a_fleet_stores_exactly_what_a_local_campaign_stores(cluster, tmp_path):
     pd.testing.assert_frame_equal(layout(fleet_layers), layout(local_layers))
 
 
-def test_the_dry_run_lists_each_node_of_the_device_and_measures_nothing(cluster, tmp_path):
+def test_the_dry_run_lists_the_nodes_of_the_device_and_measures_nothing(cluster, tmp_path, capsys):
+    from annette_torch.cli import main
+
     _, nodes = cluster
-    [plan] = plan_fleet_campaign("torch-cpu", load_sweep("smoke")[:3], str(tmp_path), resource="board1", chunk=1)
-    assert [n.node_id for n in plan.nodes] == [nodes[0].node_id]
-    assert sum(len(ids) for ids in plan.first_chunks.values()) == 1 and "then each next chunk" in str(plan)
-    assert not list(tmp_path.iterdir())
+    sweep = sweep_file(tmp_path, 3)
+    command = ["calibrate", "--backend", "torch-cpu", "--sweep", str(sweep), "--out", str(tmp_path / "out"),
+               "--ray", "test", "--ray-chunk", "1", "--dry-run"]
+    assert main(command + ["--ray-resource", "board1"]) == 0
+    out = capsys.readouterr().out
+    assert "1 node(s), 3 of 3 benchmarks" in out and nodes[0].node_id[:8] in out and nodes[1].node_id[:8] not in out
+    assert "then each next chunk to whichever node of the device is free" in out
+    [plan] = plan_fleet_campaign("torch-cpu", load_sweep(sweep), str(tmp_path / "out"), resource=RESOURCE, chunk=2)
+    assert {n.node_id for n in plan.nodes} == {n.node_id for n in nodes}
+    assert sorted(len(ids) for ids in plan.first_chunks.values()) == [1, 2]
+    assert not (tmp_path / "out").exists()
+    assert main(command + ["--ray-resource", "no-such-board"]) == 2
+    assert "no node of the Ray cluster at 'test' advertises the resource 'no-such-board'" in capsys.readouterr().err
 
 
 def test_measurers_run_only_on_nodes_with_the_resource(cluster):

@@ -84,24 +84,24 @@ def few_shot(sources: Sequence[str], backend_name: str, threads: int, precision:
     backend = get_backend(backend_name, threads=threads, precision=precision)
     target_mapping = backend_mapping(backend) if mapping == "backend" else mapping
     profiles = [load_profile(s) for s in sources]
-    fingerprint = backend.fingerprint() if ray_address is None else None
-    fleet = None
-    if ray_address is not None:
+    node_fingerprint: dict = {}         # of the fleet node that measured the samples
+
+    def on_fleet(items: list) -> NetworkSession:
         from ..fleet import measure_networks_on_fleet
 
-        def fleet(items: list) -> NetworkSession:
-            nonlocal fingerprint
-            fingerprint, session = measure_networks_on_fleet(backend_name, items, protocol, ray_address, ray_resource,
-                                                             threads, backend.precision)
-            return session
-    samples = measure_references(backend, k, seed, protocol, fleet)
+        fingerprint, session = measure_networks_on_fleet(backend_name, items, protocol, ray_address, ray_resource,
+                                                         threads, backend.precision)
+        node_fingerprint.update(fingerprint)
+        return session
+
+    samples = measure_references(backend, k, seed, protocol, on_fleet if ray_address is not None else None)
     if k and not samples:
         raise ValueError(f"no reference network could be measured on {backend_name}")
     index, scores = choose_source(profiles, samples, target_mapping) if len(profiles) > 1 else (0, {})
     if scores:
         print("leave-one-out mean |log error| per source: "
               + ", ".join(f"{n} {v:.3f}" for n, v in scores.items()) + f"; adapting {profiles[index].name}")
-    fingerprint = fingerprint or backend.fingerprint()     # k = 0 on a fleet: nothing measured there
+    fingerprint = dict(node_fingerprint) or backend.fingerprint()     # k = 0 on a fleet: nothing measured there
     fingerprint["device"] = fingerprint.get("cpu")
     source = profiles[index]
     name = name or (f"{backend.name}-{backend.threads}t-{backend.precision}-from-{source.name}")
