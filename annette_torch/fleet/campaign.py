@@ -124,9 +124,12 @@ class Fleet:
         self.ray.kill(actor)
 
     def lost(self, device: Device, node: Node, error: Exception) -> None:
-        """The measurer of ``node`` died: start another there unless the node is gone or
-        has used up its :data:`RESTARTS`."""
-        device.measurers.pop(node, None)
+        """The measurer of ``node`` died or cannot be reached: end it for good (a measurer
+        only unreachable for a moment must neither finish the chunk nor hold the device)
+        and start another there unless the node is gone or has used up its :data:`RESTARTS`."""
+        actor = device.measurers.pop(node, None)
+        if actor is not None:
+            self.ray.kill(actor)
         alive = any(n.node_id == node.node_id for n in device_nodes(self.ray, self.resource))
         if not alive or device.restarts[node] >= RESTARTS:
             warnings.warn(f"node {node.label} lost ({_reason(error)}); its chunk goes to the other nodes of "
@@ -294,9 +297,6 @@ def _schedule(ray: Any, fleet: Fleet, runs: list[_DeviceRun], protocol: Protocol
         except ray.exceptions.RayTaskError as error:       # the measurer failed (e.g. the canary): node left out
             run.queue.appendleft(chunk)
             run.device.restarts[node] = RESTARTS
-            actor = run.device.measurers.get(node)
-            if actor is not None:
-                fleet.ray.kill(actor)
             fleet.lost(run.device, node, error)
             continue
         run.commit(result, time.perf_counter() - handed_out, node)
