@@ -8,6 +8,7 @@
     annette-torch calibrate --backend openvino-cpu --sweep quick --out DIR [--threads N]
                   [--precision P] [--minutes M] [--timeout S] [--config FILE] [--dry-run] [--retry-failed]
                   [--rounds R] [--warmup W] [--repeats N] [--statistic S] [--drift D] [--stop-after-failures K]
+                  [--ray auto|local|HOST:PORT [--ray-resource NAME] [--ray-chunk N]]
     annette-torch calibrate --backend B --for MODEL [MODEL ...] --out DIR [--profile P] [--input-shape S]
                   [--threads N] [--precision P] [--rounds R] [--warmup W] [--repeats N] [--statistic S] [--drift D]
     annette-torch noise --backend B [--threads N] [--precision P] [--rounds R] [--minutes M]
@@ -15,6 +16,7 @@
     annette-torch fit --data STORE_DIR --out PROFILE_DIR [--name NAME] [--seed S] [--test-share F] [--first N] [--sample N]
     annette-torch adapt --from PROFILE[,PROFILE...] --backend B [--threads N] [--precision P] --samples K
                   [--seed S] [--mapping M] --out FILE.json [--name NAME] [--rounds R] [--warmup W] [--repeats N]
+                  [--ray ADDRESS [--ray-resource NAME]]
     annette-torch adapt --descriptor DEVICE.json [--from PROFILE,...] --out FILE.json [--name NAME]
 
 Every measuring command uses the measuring protocol (:mod:`annette_torch.measure.protocol`).
@@ -38,9 +40,10 @@ from .kinds import PRODUCT_KINDS
 from .memory import MemoryEstimate
 from .models_source import DEFAULT_SEQ_LEN, trace_model
 from .backends import BackendError
-from .calibration.campaign import REPEATS, ROUNDS, STOP_AFTER_FAILURES, CampaignStopped
+from .calibration.campaign import CHUNK, REPEATS, ROUNDS, STOP_AFTER_FAILURES, CampaignStopped
 from .calibration.store import StoreError
 from .calibration.sweep import sweep_names
+from .fleet.cluster import FleetError
 from .measure import Protocol
 from .measure.arguments import add_protocol_arguments, protocol_from
 from .profiles import ProfileError, builtin_names, load_profile
@@ -262,10 +265,12 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     if not args.out and not args.dry_run:
         raise ValueError("calibrate needs --out DIR (where the measurements go)")
     if args.models is not None:
-        if args.dry_run or args.minutes or args.retry_failed:
-            raise ValueError("--dry-run, --minutes and --retry-failed apply to a --sweep campaign, not to --for")
+        if args.dry_run or args.minutes or args.retry_failed or args.ray:
+            raise ValueError("--dry-run, --minutes, --retry-failed and --ray apply to a --sweep campaign, not to --for")
         return _calibrate_for(args)
     options = {"config": args.config} if args.config else {}
+    if args.ray:
+        return _calibrate_fleet(args, options)
     if args.dry_run:
         for spec, commands in dry_run_campaign(args.backend, args.sweep, threads=args.threads,
                                                precision=args.precision, warmup=args.warmup,
@@ -290,6 +295,31 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
             print(f"warning: while measuring: {warning}", file=sys.stderr)
     if summary.stopped_early:
         print("time limit reached; run the same command again to continue where this run stopped")
+    return 0
+
+
+def _calibrate_fleet(args: argparse.Namespace, options: dict) -> int:
+    """``calibrate --sweep S --ray ADDRESS``: the campaign on a Ray cluster's nodes, or with
+    ``--dry-run`` which node would measure what."""
+    from .fleet import plan_fleet_campaign, run_fleet_campaign
+
+    common = dict(resource=args.ray_resource, threads=args.threads, precision=args.precision, backend_options=options,
+                  retry_failed=args.retry_failed, chunk=args.ray_chunk)
+    if args.dry_run:
+        for plan in plan_fleet_campaign(args.backend, args.sweep, args.out or ".", args.ray, **common):
+            print(plan)
+        return 0
+    print(f"calibrating {args.backend} ({args.threads} thread(s), {args.precision or 'default precision'}) "
+          f"with sweep {args.sweep!r} into {args.out} on the Ray cluster {args.ray!r}, nodes advertising "
+          f"{args.ray_resource or args.backend!r}" + (f", for at most {args.minutes:g} min" if args.minutes else ""))
+    summaries = run_fleet_campaign(args.backend, args.sweep, args.out, args.ray, minutes=args.minutes,
+                                   timeout_s=args.timeout, warmup=args.warmup, repeats=args.repeats,
+                                   rounds=args.rounds, statistic=args.statistic,
+                                   drift=None if args.drift == "auto" else args.drift, **common)
+    for summary in summaries:
+        print(summary)
+    if any(s.benchmarks > s.already_done + s.measured + s.failed for s in summaries):
+        print("benchmarks left; run the same command again to continue where this run stopped")
     return 0
 
 
@@ -376,9 +406,9 @@ def cmd_adapt(args: argparse.Namespace) -> int:
 
     sources = args.source.split(",") if args.source else None
     if args.descriptor:
-        if args.backend or args.samples is not None:
+        if args.backend or args.samples is not None or args.ray:
             raise ValueError("--descriptor builds a zero-shot profile and measures nothing; "
-                             "leave out --backend and --samples")
+                             "leave out --backend, --samples and --ray")
         profile = transfer_adapt.zero_shot(args.descriptor, sources, args.name)
     else:
         if not (args.backend and sources and args.samples is not None):
@@ -386,7 +416,7 @@ def cmd_adapt(args: argparse.Namespace) -> int:
         from .backends import get_backend
         protocol = protocol_from(args, get_backend(args.backend, threads=args.threads, precision=args.precision))
         profile = transfer_adapt.few_shot(sources, args.backend, args.threads, args.precision, args.samples, args.seed,
-                                          args.name, protocol, args.mapping)
+                                          args.name, protocol, args.mapping, args.ray, args.ray_resource)
     print(f"wrote {profile.save(args.out)}")
     return 0
 
@@ -400,6 +430,17 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
     return value
+
+
+def _add_fleet_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--ray ADDRESS`` and ``--ray-resource NAME`` (:mod:`annette_torch.fleet`, extra ``[fleet]``)."""
+    parser.add_argument("--ray", metavar="ADDRESS",
+                        help="measure on the nodes of a Ray cluster that advertise the device (pip install "
+                             "'annette_torch[fleet]'): auto (the running cluster), local (start one on this machine), "
+                             "or HOST:PORT; see calibration/README.md")
+    parser.add_argument("--ray-resource", metavar="NAME",
+                        help="with --ray: the custom resource the device's nodes advertise (default: the backend's "
+                             "name, e.g. ray start --resources '{\"zcu102\": 1}')")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -473,6 +514,10 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--stop-after-failures", type=int, default=STOP_AFTER_FAILURES, metavar="K",
                      help=f"stop, recording none of them, when K benchmarks in a row fail with the same error "
                           f"(a setting such as --timeout, not the benchmarks; default {STOP_AFTER_FAILURES}, 0: never)")
+    _add_fleet_arguments(cal)
+    cal.add_argument("--ray-chunk", type=_positive_int, default=CHUNK,
+                     help=f"with --ray: benchmarks per Ray task, measured in interleaved rounds on one node "
+                          f"(default {CHUNK})")
     add_protocol_arguments(cal, CALIBRATION_PROTOCOL)
     cal.set_defaults(func=cmd_calibrate)
     noise = sub.add_parser("noise", help="how reproducible timings are on this machine now: small networks in "
@@ -525,6 +570,7 @@ def build_parser() -> argparse.ArgumentParser:
     adapt.add_argument("--descriptor", help="device descriptor JSON: build a zero-shot profile, measure nothing")
     adapt.add_argument("--out", required=True, help="where to write the adapted profile (.json)")
     adapt.add_argument("--name", help="profile name (default: derived from the device and the source)")
+    _add_fleet_arguments(adapt)
     add_protocol_arguments(adapt)
     adapt.set_defaults(func=cmd_adapt)
     return parser
@@ -539,7 +585,8 @@ def main(argv: list[str] | None = None) -> int:
         warnings.showwarning = _print_warning
         try:
             return args.func(args)
-        except (TraceError, ProfileError, StoreError, BackendError, CampaignStopped, ValueError, OSError) as error:
+        except (TraceError, ProfileError, StoreError, BackendError, CampaignStopped, FleetError, ValueError,
+                OSError) as error:
             print(f"annette-torch: error: {error}{_hint(error)}", file=sys.stderr)
             return 2
 

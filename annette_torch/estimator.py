@@ -124,6 +124,11 @@ class Estimator:
     :class:`~annette_torch.measure.kernel_table.MeasuredKernels`); a kernel it holds takes
     its measured time instead of the layer models' (``layer_model`` "measured" in
     :meth:`report`). It must describe the profile's backend, threads and precision.
+
+    An estimator pickles by value, its profile included, and estimates the same in the
+    process that unpickles it (a Ray task, a multiprocessing worker:
+    ``search_examples/distributed_search.py``); a worker may as well rebuild it from the
+    profile's name or path.
     """
 
     def __init__(self, profile: str | Profile = DEFAULT_PROFILE, model_type: str | None = None,

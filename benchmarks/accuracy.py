@@ -4,6 +4,7 @@ latency measured on this machine (a benchmark: prints tables, asserts nothing).
     python benchmarks/accuracy.py --backend openvino-cpu --threads 1 [--precision bf16] --profile PROFILE \
         [--sets zoo,nb201] [--models a,b] [--nb201 50] [--rounds 3 --warmup 5 --repeats 10] \
         [--statistic p10] [--drift none] [--remeasure] [--measured DIR] [--plot FILE.png] [--json FILE]
+        [--ray ADDRESS]
 
 Sets: ``zoo`` (22 torchvision models, batch 1, default resolution), ``timm`` (61 timm
 models chosen by a rule, :data:`TIMM`: CNNs, vision transformers, hybrids), ``mbv2``
@@ -46,6 +47,7 @@ import sys
 import tempfile
 import time
 import warnings
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterator
@@ -54,6 +56,7 @@ import numpy as np
 import pandas as pd
 import torch
 from scipy.stats import spearmanr
+from tqdm import tqdm
 
 from annette_torch import Estimator, UnknownKindWarning, load_profile, trace
 from annette_torch.atomic import atomic_path
@@ -243,19 +246,41 @@ def _row(net: Network, measured: Measured) -> dict:
             "measured_at": datetime.now(timezone.utc).isoformat(timespec="microseconds")}
 
 
+@dataclass(frozen=True)
+class Fleet:
+    """Measure on a node of a Ray cluster (``--ray``, :mod:`annette_torch.fleet`) that
+    advertises ``resource`` (None: the backend's name), ``CHUNK`` networks per session."""
+
+    address: str
+    resource: str | None = None
+    CHUNK = 8
+
+
+def _fleet_connection(fleet: Fleet, backend):
+    """One connection to the fleet's cluster for all of a run's sessions (``--ray local``: one cluster)."""
+    from annette_torch.fleet import connected
+    return connected(fleet.address, fleet.resource or backend.name, backend.threads)
+
+
 def measure_networks(backend, nets: list[Network], root: str | os.PathLike = RESULTS_ROOT,
                      protocol: Protocol = DEFAULT_PROTOCOL, remeasure: bool = False,
-                     progress: bool = True) -> tuple[pd.DataFrame, Path, list[str]]:
+                     progress: bool = True, fleet: Fleet | None = None) -> tuple[pd.DataFrame, Path, list[str]]:
     """Measure ``nets`` not yet in the results folder of ``backend`` under its protocol
     record (all with ``remeasure``) with ``protocol``, under :func:`measuring_lock`,
     appending a network's row as soon as its last round is done and the session's
-    machine state to ``sessions.jsonl``. Returns (rows of ``nets``, the CSV path,
-    failure messages)."""
+    machine state to ``sessions.jsonl``. With ``fleet`` they are measured on a fleet
+    node instead, one session per :attr:`Fleet.CHUNK` networks (rows appended when a
+    session comes back), into the folder of that node's fingerprint. Returns (rows of
+    ``nets``, the CSV path, failure messages)."""
     if protocol.statistic not in GROUND_TRUTH:
         raise ValueError(f"the results files hold {', '.join(GROUND_TRUTH)} of the runs; "
                          f"statistic {protocol.statistic!r} cannot be the ground truth")
+    if fleet is not None:
+        from annette_torch.fleet import device_fingerprint, measure_networks_on_fleet
+        fingerprint = device_fingerprint(backend.name, fleet.address, fleet.resource, backend.threads,
+                                         backend.precision)
     with measuring_lock(root):
-        folder = results_folder(root, backend.fingerprint())
+        folder = results_folder(root, backend.fingerprint() if fleet is None else fingerprint)
         record = protocol_record(folder, protocol)
         path = folder / "measured.csv"
         previous = read_measured(folder, record["since"])
@@ -268,13 +293,30 @@ def measure_networks(backend, nets: list[Network], root: str | os.PathLike = RES
                     record["canary_ms"] = reference_ms
                     write_record(folder, record)
 
-            session = measure_with_protocol(
-                backend, [(key, net.build, net.input_shape) for key, net in todo.items()], protocol,
-                reference_ms=record.get("canary_ms"), on_start=started,
-                on_measured=lambda key, measured: _append_row(path, _row(todo[key], measured)), progress=progress)
-            failures = [f"{key[0]}/{key[1]}: {message}" for key, message in session.failures.items()]
-            if session.measured:
-                _append_session(folder, protocol, session)
+            def append(key, measured):
+                _append_row(path, _row(todo[key], measured))
+
+            items = [(key, net.build, net.input_shape) for key, net in todo.items()]
+            if fleet is None:
+                sessions = [measure_with_protocol(backend, items, protocol, reference_ms=record.get("canary_ms"),
+                                                  on_start=started, on_measured=append, progress=progress)]
+            else:
+                sessions = []
+                for start in tqdm(range(0, len(items), Fleet.CHUNK), desc=f"measure on the fleet {fleet.address}",
+                                  unit="session", disable=not progress, file=sys.stderr):
+                    node_fingerprint, session = measure_networks_on_fleet(
+                        backend.name, items[start:start + Fleet.CHUNK], protocol, fleet.address, fleet.resource,
+                        backend.threads, backend.precision, reference_ms=record.get("canary_ms"), on_start=started,
+                        on_measured=append)
+                    if node_fingerprint != fingerprint:
+                        raise ResultsError(f"a fleet node measured {node_fingerprint}, not {fingerprint}: the nodes "
+                                           f"advertising {fleet.resource or backend.name!r} are different devices; "
+                                           f"give each its own --ray-resource")
+                    sessions.append(session)
+            for session in sessions:
+                failures += [f"{key[0]}/{key[1]}: {message}" for key, message in session.failures.items()]
+                if session.measured:
+                    _append_session(folder, protocol, session)
     measured = read_measured(folder, record["since"])
     wanted = {(n.set, n.name) for n in nets}
     keep = [key in wanted for key in zip(measured["set"], measured["network"])]
@@ -458,6 +500,11 @@ def main() -> None:
                         help="kernels measured in context (calibrate --for) the estimates consult first")
     add_protocol_arguments(parser, DEFAULT_PROTOCOL, statistics=tuple(GROUND_TRUTH))
     parser.add_argument("--results", default=str(RESULTS_ROOT), help="root of the results folders")
+    parser.add_argument("--ray", default=None, metavar="ADDRESS",
+                        help="measure on a node of this Ray cluster (auto, local, HOST:PORT) that advertises the "
+                             "device (pip install 'annette_torch[fleet]'; calibration/README.md)")
+    parser.add_argument("--ray-resource", default=None, help="with --ray: the custom resource the device's nodes "
+                                                             "advertise (default: the backend's name)")
     parser.add_argument("--plot", default=None)
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
@@ -470,11 +517,15 @@ def main() -> None:
         raise SystemExit(str(error)) from None
     if protocol.rounds * protocol.repeats < 20:
         raise SystemExit("--rounds x --repeats must be at least 20 for a stable p10 and median")
-    backend.prepare_process()        # this process only measures: set it up as a campaign's worker is
+    fleet = Fleet(args.ray, args.ray_resource) if args.ray else None
+    if fleet is None:
+        backend.prepare_process()    # this process only measures: set it up as a campaign's worker is
     print(f"measuring protocol: {protocol}")
     start = time.perf_counter()
     try:
-        measured, source, failures = measure_networks(backend, nets, args.results, protocol, args.remeasure)
+        with contextlib.nullcontext() if fleet is None else _fleet_connection(fleet, backend):
+            measured, source, failures = measure_networks(backend, nets, args.results, protocol, args.remeasure,
+                                                          fleet=fleet)
     except ResultsError as error:
         raise SystemExit(str(error)) from None
     print(f"measuring took {time.perf_counter() - start:.0f} s; median spread {measured['spread'].median():.3f}")

@@ -1,6 +1,6 @@
 """Importing annette_torch and building an Estimator loads no runtime and no heavy
-scientific stack: OpenVINO, ONNX Runtime, SciPy, scikit-learn and pandas are imported by
-the code that needs them (measuring, fitting, tables), not at startup."""
+scientific stack: OpenVINO, ONNX Runtime, SciPy, scikit-learn, pandas and Ray are imported by
+the code that needs them (measuring, fitting, tables, fleets), not at startup."""
 from __future__ import annotations
 
 import os
@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-HEAVY = ("openvino", "onnxruntime", "onnx", "scipy", "sklearn", "pandas")
+HEAVY = ("openvino", "onnxruntime", "onnx", "scipy", "sklearn", "pandas", "ray")
 
 
 def modules_after(code: str) -> set[str]:
@@ -29,4 +29,4 @@ def test_import_and_estimator_load_no_runtime_scipy_sklearn_or_pandas():
 
 def test_the_command_line_parser_loads_no_runtime():
     loaded = modules_after("from annette_torch.cli import build_parser\nbuild_parser()")
-    assert not loaded & {"openvino", "onnxruntime", "scipy", "sklearn"}, sorted(loaded)
+    assert not loaded & {"openvino", "onnxruntime", "scipy", "sklearn", "ray"}, sorted(loaded)

@@ -25,7 +25,8 @@ after it are done; what the store already holds is skipped, so an interrupted ca
 command again. The worker's console output (runtime logs) goes to ``worker.log`` in the
 store folder. ``minutes`` bounds the wall time of one run of the campaign, for campaigns
 done in chunks: near the limit chunks shrink to what fits, so a run ends within about
-one benchmark of it.
+one benchmark of it. The same chunks, with the same worker and :func:`measure_chunk`,
+run on the nodes of a Ray cluster in a fleet campaign (:mod:`annette_torch.fleet`).
 
 Settings in range can still fail every benchmark (a ``--timeout`` shorter than any
 round, a runtime that cannot start, a board that is down). When
@@ -46,7 +47,7 @@ import re
 import time
 from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from tqdm import tqdm
 
@@ -285,8 +286,9 @@ def _serve(connection: Connection, backend_name: str, options: dict[str, Any], w
 _STARTUP_TIMEOUT_S = 300
 
 
-class _Worker:
-    """A worker process that measures one benchmark at a time; restarted after a kill."""
+class MeasuringWorker:
+    """A worker process that measures one benchmark at a time; restarted after a kill
+    (the campaign's, and each fleet node's: :mod:`annette_torch.fleet`)."""
 
     def __init__(self, backend_name: str, options: dict[str, Any], warmup: int, repeats: int, canary_repeats: int,
                  log_path: str) -> None:
@@ -428,16 +430,25 @@ def run_campaign(backend_name: str, sweep: str | Sequence[BenchmarkSpec], out: s
         # a fixed pseudo-random order (by the id's hash) so that a campaign cut short by
         # --minutes still covers every family
         todo = sorted((s for s in specs if s.id not in done), key=lambda s: s.id.rsplit("-", 1)[1])
-        worker = _Worker(backend_name, options, warmup, repeats, protocol.canary_repeats,
+        worker = MeasuringWorker(backend_name, options, warmup, repeats, protocol.canary_repeats,
                          str(store.folder / "worker.log"))
         counts = {"measured": 0, "failed": 0, "layer_rows": 0}
         failures = _FailureRun(store, counts, stop_after_failures, timeout_s)
+
+        def commit(network: dict, rows: list[dict]) -> None:
+            store.append(network, rows)
+            counts["measured"] += 1
+            counts["layer_rows"] += len(rows)
+
         stopped_early = False
         cpu_start = read_cpu_times()
         canary_values: list[float] = []
         try:
             if todo:
                 worker.store_extras(store.folder)      # before the first benchmark, in the measuring process
+                if protocol.drift == "canary" and record.get("canary_ms") is None:
+                    record["canary_ms"] = reference_canary(worker, protocol, timeout_s)
+                    write_record(store.folder, record)
             with tqdm(total=len(todo) * rounds, desc=f"{backend_name} {label}", unit="round", disable=not progress,
                       dynamic_ncols=True) as bar:
                 position, benchmark_s = 0, None
@@ -449,8 +460,8 @@ def run_campaign(backend_name: str, sweep: str | Sequence[BenchmarkSpec], out: s
                     size = CHUNK if remaining is None or benchmark_s is None else \
                         max(1, min(CHUNK, math.floor(remaining / benchmark_s)))
                     chunk = todo[position:position + size]
-                    canary_values += _measure_chunk(chunk, worker, protocol, record, store, timeout_s, counts,
-                                                    failures, bar)
+                    canary_values += measure_chunk(chunk, worker, protocol, record.get("canary_ms"), commit,
+                                                   timeout_s, bar, failures)
                     position += len(chunk)
                     benchmark_s = (time.monotonic() - start) / position
                     bar.set_postfix(failed=counts["failed"] + len(failures.pending))
@@ -467,24 +478,53 @@ def _now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _measure_chunk(chunk: list[BenchmarkSpec], worker: _Worker, protocol: Protocol, record: dict[str, Any],
-                   store: MeasurementStore, timeout_s: float, counts: dict[str, int], failures: _FailureRun,
-                   bar: Any) -> list[float]:
-    """Measure one chunk in interleaved rounds and commit each benchmark as soon as it is
-    done (failures through ``failures``); returns the canary values of the chunk."""
+def reference_canary(worker: MeasuringWorker, protocol: Protocol, timeout_s: float) -> float:
+    """The canary's reference time: the ``protocol``'s statistic of
+    :data:`~annette_torch.measure.protocol.REFERENCE_ROUNDS` timings in ``worker``."""
+    runs = [t for _ in range(REFERENCE_ROUNDS) for t in _canary(worker, timeout_s)]
+    return statistic_ms(runs, protocol.statistic)
+
+
+def _canary(worker: MeasuringWorker, timeout_s: float) -> list[float]:
+    answer = worker.run("canary", None, timeout_s)
+    if answer[0] != "ok":
+        raise CampaignStopped(f"stopped the campaign: timing the canary (the drift reference measured before "
+                              f"each benchmark) failed: {answer[1]}. {cause_hint(answer[1], timeout_s)}, then "
+                              f"run the same command again (worker.log in the store folder has the runtime's output)")
+    return answer[1]
+
+
+class _CommitFailures:
+    """The failures of a chunk without a :class:`_FailureRun`: each committed as a failed
+    row (no layer rows) through ``commit``."""
+
+    def __init__(self, commit: Callable[[dict, list[dict]], None]) -> None:
+        self.commit = commit
+
+    def failed(self, spec: BenchmarkSpec, error: str, wall_s: float) -> None:
+        self.commit({"benchmark": spec.id, "family": spec.family, "spec": spec.to_json(), "status": "failed",
+                     "error": error, "wall_s": wall_s, "finished_utc": _now()}, [])
+
+    def succeeded(self) -> None:
+        pass
+
+
+def measure_chunk(chunk: list[BenchmarkSpec], worker: MeasuringWorker, protocol: Protocol,
+                  reference_ms: float | None, commit: Callable[[dict, list[dict]], None], timeout_s: float,
+                  bar: Any = None, failures: Any = None) -> list[float]:
+    """Measure one chunk in interleaved rounds in ``worker``, the drift expressed against
+    the canary's ``reference_ms`` (:func:`reference_canary`; needed with canary drift
+    correction), and hand each benchmark to ``commit(network row, layer rows)`` as soon as
+    it is done; returns the canary values of the chunk. A failed round or row goes to
+    ``failures.failed(spec, error, wall_s)`` and a round that worked to
+    ``failures.succeeded()`` (a campaign's :class:`_FailureRun`); without ``failures``,
+    each failed benchmark is committed as a failed row. ``bar``: a tqdm bar updated per round."""
     by_id = {spec.id: spec for spec in chunk}
     walls: dict[str, float] = {spec.id: 0.0 for spec in chunk}
+    failures = _CommitFailures(commit) if failures is None else failures
 
     def ask(request: str, argument: Any) -> tuple:
         return worker.run(request, argument, timeout_s)
-
-    def canary() -> list[float]:
-        answer = ask("canary", None)
-        if answer[0] != "ok":
-            raise CampaignStopped(f"stopped the campaign: timing the canary (the drift reference measured before "
-                                  f"each benchmark) failed: {answer[1]}. {cause_hint(answer[1], timeout_s)}, then "
-                                  f"run the same command again (the store is in {store.folder})")
-        return answer[1]
 
     def measure(key: str) -> Profiled:
         began = time.perf_counter()
@@ -496,22 +536,18 @@ def _measure_chunk(chunk: list[BenchmarkSpec], worker: _Worker, protocol: Protoc
         failures.succeeded()
         return answer[1]
 
-    def commit(key: str, rounds: list[Profiled], factors: list[float]) -> None:
+    def finished(key: str, rounds: list[Profiled], factors: list[float]) -> None:
         spec = by_id[key]
         answer = ask("rows", (spec.to_json(), merge_rounds(rounds, factors), protocol.statistic, walls[key]))
         if answer[0] != "ok":
             failures.failed(spec, answer[1], walls[key])
             return
         _, network, rows = answer
-        store.append({**network, "finished_utc": _now()}, rows)
-        counts["measured"] += 1
-        counts["layer_rows"] += len(rows)
+        commit({**network, "finished_utc": _now()}, rows)
 
     use_canary = protocol.drift == "canary"
-    if use_canary and record.get("canary_ms") is None:
-        runs = [t for _ in range(REFERENCE_ROUNDS) for t in canary()]
-        record["canary_ms"] = statistic_ms(runs, protocol.statistic)
-        write_record(store.folder, record)
-    session = interleave(list(by_id), measure, protocol, canary if use_canary else None, record.get("canary_ms"),
-                         commit, progress=bar)
+    if use_canary and reference_ms is None:
+        raise ValueError("canary drift correction needs the canary's reference time (reference_canary)")
+    session = interleave(list(by_id), measure, protocol, (lambda: _canary(worker, timeout_s)) if use_canary else None,
+                         reference_ms, finished, progress=bar)
     return session.canary_ms

@@ -5,31 +5,35 @@ Both print what they did and return the new profile; the command writes it.
 from __future__ import annotations
 
 import sys
-from typing import Sequence
+from typing import Callable, Sequence
 
 from ..backends import get_backend
 from ..backends.base import torch_threads
 from ..estimator import Estimator
 from ..graph import trace
 from ..measure import Protocol
-from ..measure.networks import measure_networks
+from ..measure.networks import NetworkSession, measure_networks
 from ..profiles import Profile, builtin_names, load_profile
 from .descriptor import LOCAL_DESCRIPTORS, DeviceDescriptor, local_sources, profile_from_descriptor
 from .fewshot import Sample, adapt_profile, backend_mapping, choose_source, unadapted
 from .references import draw, reference_pool
 
 
-def measure_references(backend, k: int, seed: int, protocol: Protocol = Protocol()) -> list[Sample]:
+def measure_references(backend, k: int, seed: int, protocol: Protocol = Protocol(),
+                       fleet: Callable[[list], NetworkSession] | None = None) -> list[Sample]:
     """``k`` networks of the reference pool drawn by ``seed``, measured on ``backend``
     with the measuring ``protocol`` (:mod:`annette_torch.measure.protocol`) and traced;
-    a network the backend fails on is reported and left out."""
+    a network the backend fails on is reported and left out. ``fleet``: measure the
+    items there instead (a function of the items that returns the session, e.g. on a
+    fleet node, :func:`annette_torch.fleet.measure_networks_on_fleet`)."""
     pool = reference_pool()
     if not 0 <= k <= len(pool):
         raise ValueError(f"--samples must be between 0 and {len(pool)} (the reference pool), got {k}")
     nets = draw(pool, k, seed)
     if not nets:
         return []
-    session = measure_networks(backend, [(net.name, net.build, net.input_shape) for net in nets], protocol)
+    items = [(net.name, net.build, net.input_shape) for net in nets]
+    session = measure_networks(backend, items, protocol) if fleet is None else fleet(items)
     print(session.report(), file=sys.stderr)
     for name, message in session.failures.items():
         print(f"skipped {name}: {message}", file=sys.stderr)
@@ -69,22 +73,35 @@ def print_fit(profile: Profile, source: Profile, samples: Sequence[Sample]) -> N
 
 
 def few_shot(sources: Sequence[str], backend_name: str, threads: int, precision: str | None, k: int, seed: int,
-             name: str | None = None, protocol: Protocol = Protocol(), mapping: str = "backend") -> Profile:
+             name: str | None = None, protocol: Protocol = Protocol(), mapping: str = "backend",
+             ray_address: str | None = None, ray_resource: str | None = None) -> Profile:
     """Measure ``k`` reference networks on the backend with ``protocol``, choose the source that adapts best
     (when several are given) and adapt it; the profile's fingerprint is the backend's.
     ``mapping``: "backend" (what the backend declares, :func:`backend_mapping`) or as for
-    :func:`adapt_profile`."""
+    :func:`adapt_profile`. ``ray_address``: measure on a node of that Ray cluster that
+    advertises ``ray_resource`` (default the backend's name; :mod:`annette_torch.fleet`),
+    whose fingerprint the profile then records."""
     backend = get_backend(backend_name, threads=threads, precision=precision)
     target_mapping = backend_mapping(backend) if mapping == "backend" else mapping
     profiles = [load_profile(s) for s in sources]
-    samples = measure_references(backend, k, seed, protocol)
+    node_fingerprint: dict = {}         # of the fleet node that measured the samples
+
+    def on_fleet(items: list) -> NetworkSession:
+        from ..fleet import measure_networks_on_fleet
+
+        fingerprint, session = measure_networks_on_fleet(backend_name, items, protocol, ray_address, ray_resource,
+                                                         threads, backend.precision)
+        node_fingerprint.update(fingerprint)
+        return session
+
+    samples = measure_references(backend, k, seed, protocol, on_fleet if ray_address is not None else None)
     if k and not samples:
         raise ValueError(f"no reference network could be measured on {backend_name}")
     index, scores = choose_source(profiles, samples, target_mapping) if len(profiles) > 1 else (0, {})
     if scores:
         print("leave-one-out mean |log error| per source: "
               + ", ".join(f"{n} {v:.3f}" for n, v in scores.items()) + f"; adapting {profiles[index].name}")
-    fingerprint = backend.fingerprint()
+    fingerprint = dict(node_fingerprint) or backend.fingerprint()     # k = 0 on a fleet: nothing measured there
     fingerprint["device"] = fingerprint.get("cpu")
     source = profiles[index]
     name = name or (f"{backend.name}-{backend.threads}t-{backend.precision}-from-{source.name}")
