@@ -315,7 +315,7 @@ def _calibrate_fleet(args: argparse.Namespace, options: dict) -> int:
     summaries = run_fleet_campaign(args.backend, args.sweep, args.out, args.ray, minutes=args.minutes,
                                    timeout_s=args.timeout, warmup=args.warmup, repeats=args.repeats,
                                    rounds=args.rounds, statistic=args.statistic,
-                                   drift=None if args.drift == "auto" else args.drift, **common)
+                                   drift=args.drift, **common)
     for summary in summaries:
         print(summary)
     if any(s.benchmarks > s.already_done + s.measured + s.failed for s in summaries):

@@ -38,7 +38,7 @@ def fake_worker(answer):
 
 
 def campaign_with(monkeypatch, folder, answer, **options):
-    monkeypatch.setattr(campaign, "_Worker", fake_worker(answer))
+    monkeypatch.setattr(campaign, "MeasuringWorker", fake_worker(answer))
     return run_campaign("torch-cpu", SPECS, folder, progress=False, drift="none", rounds=1, **options)
 
 

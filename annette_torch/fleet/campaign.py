@@ -40,7 +40,7 @@ from ..calibration.campaign import (CHUNK, REPEATS, ROUNDS, CampaignSummary, _sp
                                     store_protocol)
 from ..calibration.store import MeasurementStore, fingerprint_folder, read_tables
 from ..calibration.sweep import BenchmarkSpec
-from ..measure.canary import default_drift
+from ..measure.canary import check_drift
 from ..measure.protocol import DEFAULT_STATISTIC, Protocol
 from ..measure.record import write_record
 from ..validation import integer
@@ -193,7 +193,7 @@ def run_fleet_campaign(backend_name: str, sweep: str | Sequence[BenchmarkSpec], 
                        minutes: float | None = None, timeout_s: float | None = None, warmup: int = 5,
                        repeats: int = REPEATS, progress: bool = True, backend_options: dict[str, Any] | None = None,
                        retry_failed: bool = False, rounds: int = ROUNDS, statistic: str = DEFAULT_STATISTIC,
-                       drift: str | None = None, chunk: int = CHUNK) -> list[FleetSummary]:
+                       drift: str = "none", chunk: int = CHUNK) -> list[FleetSummary]:
     """Measure the benchmarks of ``sweep`` that each device's store under ``out`` lacks
     on the fleet at ``address`` (see module doc; :func:`~.cluster.connected` for the
     addresses), one summary per device. The options are a local campaign's
@@ -204,8 +204,8 @@ def run_fleet_campaign(backend_name: str, sweep: str | Sequence[BenchmarkSpec], 
     check_options(threads, minutes, timeout_s)
     integer(chunk, "--ray-chunk (chunk)", 1)
     backend = get_backend(backend_name, threads=threads, precision=precision, **(backend_options or {}))
-    protocol = Protocol(rounds=rounds, warmup=warmup, repeats=repeats, statistic=statistic,
-                        drift=drift or default_drift(backend))
+    check_drift(backend, drift)
+    protocol = Protocol(rounds=rounds, warmup=warmup, repeats=repeats, statistic=statistic, drift=drift)
     options = {"threads": threads, "precision": backend.precision, **(backend_options or {})}
     timeout_s = backend.benchmark_timeout_s if timeout_s is None else timeout_s
     resource = resource or backend_name
