@@ -171,3 +171,19 @@ def test_a_decode_step_needs_its_cache_inputs():
     with torch.no_grad():
         out = model(*(torch.from_numpy(x) for x in random_inputs(shape)))
     assert out.shape == (1, 1, 32)
+
+
+def test_the_prefill_and_decode_example_of_the_docs_runs(capsys):
+    """docs/transformers.md's Python example, run as written: two estimates, the decode
+    step far below the prefill of its cache's tokens."""
+    pytest.importorskip("transformers")
+    from pathlib import Path
+
+    text = (Path(__file__).parents[1] / "docs" / "transformers.md").read_text()
+    code = text.split("```python\n", 1)[1].split("```", 1)[0]
+    namespace: dict = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")      # the eager-capture fallback says so
+        exec(compile(code, "docs/transformers.md", "exec"), namespace)
+    assert 0 < namespace["decode_ms"] < namespace["prefill_ms"]
+    assert "decode of 1 token with a cache of 256" in capsys.readouterr().out
