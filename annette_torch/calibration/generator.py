@@ -15,6 +15,11 @@ Context families (layers as real networks hold them, read from a conv's output):
 ``conv_pool`` (overlapping pools), ``squeeze_excite``, ``dense_layer`` (concat and
 pre-activation BN-ReLU), ``attention`` (ViT), ``window_attention`` (Swin),
 ``branch_sum`` (a NAS cell's node summing pool and skip branches).
+Transformer blocks as timm and HuggingFace write them: ``sdpa`` (timm's attention around
+``F.scaled_dot_product_attention``; plain, causal, masked, rotary), ``decoder_attention``
+(prefill of ``h`` tokens, or decode of one over a cache of ``h`` given as inputs: the
+one family with several inputs, its input shape a tuple of shapes), ``mlp`` with
+``op=swiglu`` and ``norm`` with ``op=rmsnorm``.
 Training families (:data:`TRAINING_FAMILIES`, in the training sweeps only): ``stem`` (a
 first conv, whose input needs no gradient).
 
