@@ -142,7 +142,7 @@ def test_fit_gives_the_attention_kind_its_own_models(tmp_path):
         warnings.simplefilter("ignore")        # few benchmarks: the fit says so
         profile = fit_profile(summary.store, min_rows=3)
     assert "attention" in profile.layer_models["refined_roofline"]
-    used, entry, _ = profile.model_for("attention")
+    _, entry, _ = profile.model_for("attention")
     assert entry == "attention"
     block = build_benchmark(specs[0])[0]
     estimate = at.Estimator(profile).report(block, input_shape=(1, 64, 64))

@@ -24,9 +24,9 @@ import torch
 from torch import nn
 
 from ..graph.errors import first_line
-from .onnx_symbolics import exportable_ops
 from ..machine import cpu_id
 from ..machine.cpu import proc_cpuinfo
+from .onnx_symbolics import exportable_ops
 
 BACKENDS: dict[str, type[Backend]] = {}
 
