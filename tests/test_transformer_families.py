@@ -187,3 +187,29 @@ def test_the_prefill_and_decode_example_of_the_docs_runs(capsys):
         exec(compile(code, "docs/transformers.md", "exec"), namespace)
     assert 0 < namespace["decode_ms"] < namespace["prefill_ms"]
     assert "decode of 1 token with a cache of 256" in capsys.readouterr().out
+
+
+def test_backends_that_feed_one_input_refuse_several_by_name():
+    from annette_torch.backends import BackendError, get_backend
+
+    backend = get_backend("torch-cpu")
+    backend.check_one_input((1, 16, 32))
+    with pytest.raises(BackendError, match=r"one input; this one has 3 \(\(1, 1, 32\), \(1, 4, 16, 8\)"):
+        backend.check_one_input(((1, 1, 32), (1, 4, 16, 8), (1, 4, 16, 8)))
+
+
+def test_a_symbolic_the_user_registered_is_kept(tmp_path):
+    from annette_torch.backends.onnx_symbolics import _OPSET, _rms_norm
+
+    calls = []
+
+    def users_own(g, *args):
+        calls.append("user")
+        return _rms_norm(g, *args)
+
+    torch.onnx.register_custom_op_symbolic("aten::rms_norm", users_own, _OPSET)
+    try:
+        export_onnx(nn.Sequential(nn.RMSNorm(8)), (1, 4, 8), tmp_path / "model.onnx")
+        assert calls == ["user"] and _registered("aten::rms_norm")
+    finally:
+        torch.onnx.unregister_custom_op_symbolic("aten::rms_norm", _OPSET)

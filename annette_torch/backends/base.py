@@ -321,6 +321,14 @@ class Backend:
         raise BackendError(self.name, "dry-run", NotImplementedError(
             "this backend runs in-process through its Python API; there are no commands to print"))
 
+    def check_one_input(self, input_shape: Sequence[int] | Sequence[Sequence[int]]) -> None:
+        """:class:`BackendError` (step ``export``) when ``input_shape`` is a tuple of shapes:
+        for the backends whose runners feed one input (the boards)."""
+        if is_multi_input(input_shape):
+            raise BackendError(self.name, "export", ValueError(
+                f"this backend runs networks of one input; this one has {len(input_shape)} "
+                f"({', '.join(str(tuple(s)) for s in input_shape)})"))
+
     @contextlib.contextmanager
     def step(self, step: str) -> Iterator[None]:
         """Turn any error raised in the block into a :class:`BackendError` naming ``step``."""
