@@ -561,6 +561,8 @@ class _Half(nn.Module):
 
 
 class _Neg(nn.Module):
+    """``-x`` as its own layer."""
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return -x
 
