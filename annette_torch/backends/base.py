@@ -26,6 +26,7 @@ from torch import nn
 from ..graph.errors import first_line
 from ..machine import cpu_id
 from ..machine.cpu import proc_cpuinfo
+from .onnx_symbolics import exportable_ops
 
 BACKENDS: dict[str, type[Backend]] = {}
 
@@ -88,12 +89,36 @@ def cpu_model() -> str:
     return proc_cpuinfo().get("model name") or platform.processor() or platform.machine()
 
 
-def random_input(input_shape: Sequence[int]) -> np.ndarray:
-    """A float32 array of ``input_shape`` drawn from the standard normal (fixed seed)."""
+def random_input(input_shape: Sequence[int], seed: int = 0) -> np.ndarray:
+    """A float32 array of ``input_shape`` drawn from the standard normal (fixed ``seed``)."""
     shape = tuple(input_shape)
     if not shape or not all(isinstance(d, int) and d > 0 for d in shape):
         raise ValueError(f"input_shape must be a non-empty tuple of positive ints, got {input_shape!r}")
-    return np.random.default_rng(0).standard_normal(shape, dtype=np.float32)
+    return np.random.default_rng(seed).standard_normal(shape, dtype=np.float32)
+
+
+def is_multi_input(input_shape: Sequence[int] | Sequence[Sequence[int]]) -> bool:
+    """Whether ``input_shape`` is a tuple of shapes (a network with several inputs, such as
+    a decode step's token and cache) rather than one shape."""
+    return bool(input_shape) and isinstance(input_shape[0], (tuple, list))
+
+
+def random_inputs(input_shape: Sequence[int] | Sequence[Sequence[int]]) -> list[np.ndarray]:
+    """One :func:`random_input` per input: ``input_shape`` is one shape or a tuple of
+    shapes; input ``i`` is drawn with seed ``i``."""
+    shapes = input_shape if is_multi_input(input_shape) else [input_shape]
+    return [random_input(shape, seed) for seed, shape in enumerate(shapes)]
+
+
+def input_list(x: np.ndarray | Sequence[np.ndarray]) -> list[np.ndarray]:
+    """``x`` as a list of input arrays (one array is a one-input network's input)."""
+    return [x] if isinstance(x, np.ndarray) else list(x)
+
+
+def input_names(count: int) -> list[str]:
+    """The ONNX input names :func:`export_onnx` gives a network of ``count`` inputs:
+    ``input``, then ``input_1``, ``input_2``, ..."""
+    return ["input"] + [f"input_{i}" for i in range(1, count)]
 
 
 @contextlib.contextmanager
@@ -119,17 +144,20 @@ def torch_threads(count: int) -> Iterator[None]:
         torch.set_num_threads(previous)
 
 
-def export_onnx(model: nn.Module, input_shape: Sequence[int], path: str | os.PathLike) -> Path:
+def export_onnx(model: nn.Module, input_shape: Sequence[int] | Sequence[Sequence[int]],
+                path: str | os.PathLike) -> Path:
     """Export ``model`` in eval mode with the TorchScript exporter (``dynamo=False``) for one
-    static input named ``input`` of ``input_shape`` (with the fused multi-head-attention
-    fast path off, which cannot be exported); returns ``path``."""
-    example = torch.from_numpy(random_input(input_shape))
+    static input named ``input`` of ``input_shape``, or, for a tuple of shapes, one static
+    input per shape (:func:`input_names`), with the fused multi-head-attention fast path
+    off, which cannot be exported, and the symbolics of :mod:`.onnx_symbolics`
+    (``nn.RMSNorm``); returns ``path``."""
+    example = tuple(torch.from_numpy(x) for x in random_inputs(input_shape))
     fastpath = torch.backends.mha.get_fastpath_enabled()
     torch.backends.mha.set_fastpath_enabled(False)   # its fused kernel has no ONNX export (ViT's attention)
     try:
-        with warnings.catch_warnings(), eval_mode(model), torch.no_grad():
+        with warnings.catch_warnings(), eval_mode(model), torch.no_grad(), exportable_ops():
             warnings.filterwarnings("ignore", category=DeprecationWarning)  # the legacy exporter is chosen on purpose
-            torch.onnx.export(model, (example,), str(path), dynamo=False, input_names=["input"])
+            torch.onnx.export(model, example, str(path), dynamo=False, input_names=input_names(len(example)))
     finally:
         torch.backends.mha.set_fastpath_enabled(fastpath)
     return Path(path)
@@ -254,8 +282,10 @@ class Backend:
 
     def measure(self, model: nn.Module, input_shape: Sequence[int], warmup: int = 5,
                 repeats: int = 20) -> Latency:
-        """Time ``model`` on one random input of ``input_shape``: ``warmup`` untimed runs,
-        then ``repeats`` timed ones. Failures raise :class:`BackendError`."""
+        """Time ``model`` on one random input of ``input_shape`` (or one per shape, for a
+        tuple of shapes: :func:`random_inputs`; the local runtimes take them, the boards
+        one input): ``warmup`` untimed runs, then ``repeats`` timed ones. Failures raise
+        :class:`BackendError`."""
         raise NotImplementedError
 
     @contextlib.contextmanager
@@ -292,6 +322,14 @@ class Backend:
         raise BackendError(self.name, "dry-run", NotImplementedError(
             "this backend runs in-process through its Python API; there are no commands to print"))
 
+    def check_one_input(self, input_shape: Sequence[int] | Sequence[Sequence[int]]) -> None:
+        """:class:`BackendError` (step ``export``) when ``input_shape`` is a tuple of shapes:
+        for the backends whose runners feed one input (the boards)."""
+        if is_multi_input(input_shape):
+            raise BackendError(self.name, "export", ValueError(
+                f"this backend runs networks of one input; this one has {len(input_shape)} "
+                f"({', '.join(str(tuple(s)) for s in input_shape)})"))
+
     @contextlib.contextmanager
     def step(self, step: str) -> Iterator[None]:
         """Turn any error raised in the block into a :class:`BackendError` naming ``step``."""
@@ -326,12 +364,14 @@ class OnnxBackend(Backend):
         backend's threads and precision."""
         raise NotImplementedError
 
-    def runner(self, compiled: Any, x: np.ndarray) -> Callable[[], object]:
-        """A function that runs one synchronous inference of ``compiled`` on ``x``."""
+    def runner(self, compiled: Any, x: np.ndarray | Sequence[np.ndarray]) -> Callable[[], object]:
+        """A function that runs one synchronous inference of ``compiled`` on ``x`` (one
+        array, or one per input: :func:`input_list`)."""
         raise NotImplementedError
 
-    def profile_onnx(self, path: Path, x: np.ndarray, warmup: int, repeats: int) -> list[KernelRecord]:
-        """Per-kernel records of the ONNX file at ``path`` run on ``x``, with ``layers``
+    def profile_onnx(self, path: Path, x: np.ndarray | Sequence[np.ndarray], warmup: int,
+                     repeats: int) -> list[KernelRecord]:
+        """Per-kernel records of the ONNX file at ``path`` run on ``x`` (as :meth:`runner`), with ``layers``
         holding the names of the ONNX nodes (or of their output tensors) each kernel computes."""
         raise NotImplementedError
 
@@ -348,7 +388,7 @@ class OnnxBackend(Backend):
                 graph = onnx.load(str(path), load_external_data=False).graph
             scope = onnx_scopes(graph, {name for name, _ in model.named_modules()})
             with self.step("run"):
-                kernels = self.profile_onnx(path, random_input(input_shape), warmup, repeats)
+                kernels = self.profile_onnx(path, random_inputs(input_shape), warmup, repeats)
             known = set(layer_paths)
             kernels = [KernelRecord(k.name, k.kernel_type, k.exec_type, k.status, k.runs_ms,
                                     tuple(dict.fromkeys(s for n in k.layers if (s := _scope_of(n, scope)) in known)))
@@ -366,7 +406,7 @@ class OnnxBackend(Backend):
             with self.step("compile"):
                 compiled = self.compile_onnx(path)
             with self.step("run"):
-                run = self.runner(compiled, random_input(input_shape))
+                run = self.runner(compiled, random_inputs(input_shape))
             yield lambda warmup, repeats: self.time_runs(run, warmup, repeats)
 
     def measure(self, model: nn.Module, input_shape: Sequence[int], warmup: int = 5,
@@ -381,8 +421,9 @@ class OnnxBackend(Backend):
     def measure_onnx(self, path: str | os.PathLike, input_shape: Sequence[int], warmup: int = 5,
                      repeats: int = 20) -> Latency:
         """Compile the ONNX file at ``path`` and time it on one random input of
-        ``input_shape`` fed to its first input (see :meth:`Backend.measure`)."""
-        x = random_input(input_shape)
+        ``input_shape`` fed to its first input, or one per input for a tuple of shapes
+        (see :meth:`Backend.measure`)."""
+        x = random_inputs(input_shape)
         with self.step("compile"):
             compiled = self.compile_onnx(path)
         with self.step("run"):

@@ -269,6 +269,7 @@ class Ncs2(Backend):
     def profile(self, model: nn.Module, input_shape: Sequence[int], layer_paths: Sequence[str],
                 warmup: int = 3, repeats: int = 15) -> Profiled:
         """Export to ONNX, run the profiler in the OpenVINO 2022.3 interpreter, parse."""
+        self.check_one_input(input_shape)
         self.device_info()
         with self.work_folder() as work:
             with self.step("export"):

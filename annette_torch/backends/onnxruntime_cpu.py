@@ -17,7 +17,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     import onnx
     import onnxruntime as ort
 
-from .base import KernelRecord, OnnxBackend, register_backend
+from .base import KernelRecord, OnnxBackend, input_list, register_backend
 
 _NCHWC_SUFFIX = "_nchwc"
 _LAYOUT_OPS = frozenset({"ReorderInput", "ReorderOutput"})
@@ -61,11 +61,12 @@ class OnnxRuntimeCpu(OnnxBackend):
 
         return ort.InferenceSession(str(path), self.session_options(), providers=["CPUExecutionProvider"])
 
-    def runner(self, compiled: ort.InferenceSession, x: np.ndarray) -> Callable[[], object]:
-        feed = {compiled.get_inputs()[0].name: x}
+    def runner(self, compiled: ort.InferenceSession, x: np.ndarray | Sequence[np.ndarray]) -> Callable[[], object]:
+        feed = {entry.name: array for entry, array in zip(compiled.get_inputs(), input_list(x))}
         return lambda: compiled.run(None, feed)
 
-    def profile_onnx(self, path: Path, x: np.ndarray, warmup: int, repeats: int) -> list[KernelRecord]:
+    def profile_onnx(self, path: Path, x: np.ndarray | Sequence[np.ndarray], warmup: int,
+                     repeats: int) -> list[KernelRecord]:
         import onnx
         import onnxruntime as ort
 

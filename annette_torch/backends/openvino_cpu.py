@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 
 if TYPE_CHECKING:
     import openvino as ov
 
-from .base import KernelRecord, OnnxBackend, register_backend
+from .base import KernelRecord, OnnxBackend, input_list, register_backend
 
 
 @register_backend
@@ -42,23 +42,28 @@ class OpenVinoCpu(OnnxBackend):
                   "PERFORMANCE_HINT": "LATENCY", "PERF_COUNT": perf_count}
         return ov.Core().compile_model(str(path), "CPU", config)
 
-    def runner(self, compiled: ov.CompiledModel, x: np.ndarray) -> Callable[[], object]:
+    def runner(self, compiled: ov.CompiledModel, x: np.ndarray | Sequence[np.ndarray]) -> Callable[[], object]:
+        request = self._request(compiled, x)
+        return lambda: request.infer(share_outputs=True)
+
+    @staticmethod
+    def _request(compiled: ov.CompiledModel, x: np.ndarray | Sequence[np.ndarray]) -> ov.InferRequest:
+        """An infer request of ``compiled`` with ``x`` (one array per input) set as its inputs."""
         import openvino as ov
 
         request = compiled.create_infer_request()
-        request.set_input_tensor(ov.Tensor(x))
-        return lambda: request.infer(share_outputs=True)
+        for index, array in enumerate(input_list(x)):
+            request.set_input_tensor(index, ov.Tensor(array))
+        return request
 
-    def profile_onnx(self, path: Path, x: np.ndarray, warmup: int, repeats: int) -> list[KernelRecord]:
-        import openvino as ov
-
+    def profile_onnx(self, path: Path, x: np.ndarray | Sequence[np.ndarray], warmup: int,
+                     repeats: int) -> list[KernelRecord]:
         compiled = self.compile_onnx(path, perf_count=True)
         originals = {}
         for op in compiled.get_runtime_model().get_ordered_ops():
             names = op.get_rt_info()["originalLayersNames"].astype(str)
             originals[op.get_friendly_name()] = tuple(n for n in names.split(",") if n)
-        request = compiled.create_infer_request()
-        request.set_input_tensor(ov.Tensor(x))
+        request = self._request(compiled, x)
         for _ in range(warmup):
             request.infer(share_outputs=True)
         times: dict[str, list[float]] = {}

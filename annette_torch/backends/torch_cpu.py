@@ -22,8 +22,10 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 from torch import nn
 
-from .base import (Backend, BackendError, KernelRecord, Latency, Profiled, eval_mode, random_input, register_backend,
+from .base import (Backend, BackendError, KernelRecord, Latency, Profiled, eval_mode, random_inputs, register_backend,
                    torch_threads)
+
+Inputs = tuple[torch.Tensor, ...]    # a network's positional inputs
 
 
 @contextlib.contextmanager
@@ -114,16 +116,17 @@ class TorchCpu(Backend):
         """Wait for the device to finish (nothing to wait for on the CPU)."""
 
     @contextlib.contextmanager
-    def _session(self, model: nn.Module, input_shape: Sequence[int]) -> Iterator[tuple[nn.Module, torch.Tensor]]:
-        """(the model on this backend's device, an input there), in eval and inference mode
-        with the backend's thread count; the caller's model is never moved."""
-        x = torch.from_numpy(random_input(input_shape)).to(self.device)
+    def _session(self, model: nn.Module, input_shape: Sequence[int]) -> Iterator[tuple[nn.Module, Inputs]]:
+        """(the model on this backend's device, its inputs there: one per shape of a tuple
+        of shapes), in eval and inference mode with the backend's thread count; the
+        caller's model is never moved."""
+        x = tuple(torch.from_numpy(array).to(self.device) for array in random_inputs(input_shape))
         on_device = model if self.device == "cpu" else copy.deepcopy(model).to(self.device)
         with torch_threads(self.threads), eval_mode(on_device), torch.inference_mode():
             yield on_device, x
 
-    def _infer(self, model: nn.Module, x: torch.Tensor) -> None:
-        model(x)
+    def _infer(self, model: nn.Module, x: Inputs) -> None:
+        model(*x)
         self.synchronize()
 
     def measure(self, model: nn.Module, input_shape: Sequence[int], warmup: int = 5,
@@ -144,7 +147,7 @@ class TorchCpu(Backend):
             kernels = self._profile_layers(on_device, x, layer_paths, repeats)
         return Profiled(kernels, self.measure(model, input_shape, warmup, repeats))
 
-    def _profile_layers(self, model: nn.Module, x: torch.Tensor, layer_paths: Sequence[str],
+    def _profile_layers(self, model: nn.Module, x: Inputs, layer_paths: Sequence[str],
                         repeats: int) -> list[KernelRecord]:
         timer = LayerTimer(self.layer_event)
         with _module_hooks(model, layer_paths, timer.enter, timer.leave):
@@ -152,7 +155,7 @@ class TorchCpu(Backend):
                 self._infer(model, x)
         return self._records(model, x, layer_paths, timer.times())
 
-    def _records(self, model: nn.Module, x: torch.Tensor, layer_paths: Sequence[str],
+    def _records(self, model: nn.Module, x: Inputs, layer_paths: Sequence[str],
                  times: dict[str, list[float]]) -> list[KernelRecord]:
         """One kernel per timed layer (eager PyTorch fuses nothing), with the aten ops it ran."""
         ops = self._aten_ops(model, x, layer_paths)
@@ -162,14 +165,14 @@ class TorchCpu(Backend):
                 for path, runs in times.items()]
 
     @staticmethod
-    def _aten_ops(model: nn.Module, x: torch.Tensor, layer_paths: Sequence[str]) -> dict[str, tuple[str, ...]]:
+    def _aten_ops(model: nn.Module, x: Inputs, layer_paths: Sequence[str]) -> dict[str, tuple[str, ...]]:
         """The aten ops each layer's module calls, from one inference under ``torch.profiler``."""
         ranges: dict[str, list] = {}
         enter = lambda path: ranges.setdefault(path, []).append(torch.ops.profiler._record_function_enter_new(path))  # noqa: E731
         leave = lambda path, *call: torch.ops.profiler._record_function_exit(ranges[path].pop())  # noqa: E731
         with _module_hooks(model, layer_paths, enter, leave), \
                 torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-            model(x)
+            model(*x)
         wanted = set(layer_paths)
         return {event.name: tuple(dict.fromkeys(c.name for c in event.cpu_children))
                 for event in prof.events() if event.name in wanted}

@@ -48,8 +48,8 @@ from torch import nn
 
 from ..atomic import atomic_path
 from ..training.optimizers import make_optimizer, measure_optimizer_steps
-from .base import KernelRecord, Latency, random_input, register_backend, torch_threads
-from .torch_cpu import TorchCpu, _module_hooks
+from .base import KernelRecord, Latency, random_inputs, register_backend, torch_threads
+from .torch_cpu import Inputs, TorchCpu, _module_hooks
 
 OPTIMIZER_STEPS_FILE = "optimizer_steps.csv"
 _M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4       # mallopt parameters (malloc.h)
@@ -166,20 +166,21 @@ class TorchCpuTrain(TorchCpu):
         steady_allocator()
 
     @contextlib.contextmanager
-    def _session(self, model: nn.Module, input_shape: Sequence[int]) -> Iterator[tuple[nn.Module, torch.Tensor]]:
-        """(a copy of the model in train mode on this backend's device, an input that
-        requires grad), with gradients on, the backend's thread count and the CPU RNG
-        state restored afterwards (dropout draws from it)."""
-        x = torch.from_numpy(random_input(input_shape)).to(self.device).requires_grad_(True)
+    def _session(self, model: nn.Module, input_shape: Sequence[int]) -> Iterator[tuple[nn.Module, Inputs]]:
+        """(a copy of the model in train mode on this backend's device, its inputs (one per
+        shape of a tuple of shapes), which require grad), with gradients on, the backend's
+        thread count and the CPU RNG state restored afterwards (dropout draws from it)."""
+        x = tuple(torch.from_numpy(array).to(self.device).requires_grad_(True) for array in random_inputs(input_shape))
         training = copy.deepcopy(model).to(self.device).train()
         with torch_threads(self.threads), torch.enable_grad(), torch.random.fork_rng(devices=[]):
             yield training, x
 
-    def _infer(self, model: nn.Module, x: torch.Tensor, optimizer: torch.optim.Optimizer | None = None) -> None:
+    def _infer(self, model: nn.Module, x: Inputs, optimizer: torch.optim.Optimizer | None = None) -> None:
         """One training pass (and optimizer step when one is given)."""
         model.zero_grad(set_to_none=True)
-        x.grad = None
-        backward_from(model(x), self._gradients)
+        for tensor in x:
+            tensor.grad = None
+        backward_from(model(*x), self._gradients)
         if optimizer is not None:
             optimizer.step()
         self.synchronize()
@@ -193,11 +194,12 @@ class TorchCpuTrain(TorchCpu):
         call it in a process that only measures after :meth:`prepare_process`
         (``benchmarks/training.py`` does)."""
         with self.step("run"), self._session(model, input_shape) as (training, x):
-            x.requires_grad_(False)
+            for tensor in x:
+                tensor.requires_grad_(False)
             step = make_optimizer(optimizer, [p for p in training.parameters() if p.requires_grad])
             return self.time_runs(lambda: self._infer(training, x, step), warmup, repeats)
 
-    def _profile_layers(self, model: nn.Module, x: torch.Tensor, layer_paths: Sequence[str],
+    def _profile_layers(self, model: nn.Module, x: Inputs, layer_paths: Sequence[str],
                         repeats: int) -> list[KernelRecord]:
         timer = _TrainingTimer(model, layer_paths, repeats)
         with timer.hooks():

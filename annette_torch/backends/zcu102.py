@@ -542,6 +542,7 @@ class Zcu102(Backend):
     def profile(self, model: nn.Module, input_shape: Sequence[int], layer_paths: Sequence[str],
                 warmup: int = 3, repeats: int = 15) -> Profiled:
         """Export, quantize, compile, run on the board, parse (module docstring)."""
+        self.check_one_input(input_shape)
         arch = self.board_info()["arch"]
         with self.work_folder() as work:
             with self.step("export"):

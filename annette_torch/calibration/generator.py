@@ -15,6 +15,11 @@ Context families (layers as real networks hold them, read from a conv's output):
 ``conv_pool`` (overlapping pools), ``squeeze_excite``, ``dense_layer`` (concat and
 pre-activation BN-ReLU), ``attention`` (ViT), ``window_attention`` (Swin),
 ``branch_sum`` (a NAS cell's node summing pool and skip branches).
+Transformer blocks as timm and HuggingFace write them: ``sdpa`` (timm's attention around
+``F.scaled_dot_product_attention``; plain, causal, masked, rotary), ``decoder_attention``
+(prefill of ``h`` tokens, or decode of one over a cache of ``h`` given as inputs: the
+one family with several inputs, its input shape a tuple of shapes), ``mlp`` with
+``op=swiglu`` and ``norm`` with ``op=rmsnorm``.
 Training families (:data:`TRAINING_FAMILIES`, in the training sweeps only): ``stem`` (a
 first conv, whose input needs no gradient).
 
@@ -41,7 +46,7 @@ ACTIVATIONS: dict[str, Callable[[], nn.Module]] = {
     "softmax": lambda: nn.Softmax(dim=1),
 }
 TRAINING_FAMILIES = ("stem",)   # meaningful for training passes only
-NORMS = ("batchnorm", "layernorm", "groupnorm", "instancenorm")
+NORMS = ("batchnorm", "layernorm", "groupnorm", "instancenorm", "rmsnorm")
 ELTWISE = ("add", "mul", "sub", "div")
 
 
@@ -63,10 +68,14 @@ class Eltwise(nn.Module):
 
 
 class Concat(nn.Module):
-    """Concatenation along channels, as its own layer."""
+    """Concatenation along ``dim`` (default: channels), as its own layer."""
+
+    def __init__(self, dim: int = 1) -> None:
+        super().__init__()
+        self.dim = dim
 
     def forward(self, *tensors: torch.Tensor) -> torch.Tensor:
-        return torch.cat(tensors, dim=1)
+        return torch.cat(tensors, dim=self.dim)
 
 
 @dataclass(frozen=True)
@@ -271,16 +280,18 @@ def eltwise(p: dict[str, Any]) -> tuple[nn.Module, tuple[int, ...]]:
 @family("norm", ("h", "w", "c", "op"), {}, _elementwise_size)
 def norm(p: dict[str, Any]) -> tuple[nn.Module, tuple[int, ...]]:
     """One normalization layer (``op`` from :data:`NORMS`): batch, group and instance norm
-    on an NCHW tensor, layer norm over the channels of ``h*w`` tokens (N, h*w, C)."""
+    on an NCHW tensor, layer norm and RMS norm (``nn.RMSNorm``, as Llama-style models
+    have it) over the channels of ``h*w`` tokens (N, h*w, C)."""
     c = p["c"]
     layers = {"batchnorm": lambda: nn.BatchNorm2d(c), "layernorm": lambda: nn.LayerNorm(c),
+              "rmsnorm": lambda: nn.RMSNorm(c),
               "groupnorm": lambda: nn.GroupNorm(next(g for g in (32, 16, 8, 4, 2, 1) if c % g == 0), c),
               "instancenorm": lambda: nn.InstanceNorm2d(c, affine=True)}
     if p["op"] not in layers:
         raise ValueError(f"norm op must be one of {', '.join(NORMS)}, got {p['op']!r}")
     net = nn.Sequential()
     net.add_module("norm", layers[p["op"]]())
-    if p["op"] == "layernorm":
+    if p["op"] in ("layernorm", "rmsnorm"):
         return net, (p["n"], p["h"] * p["w"], c)
     return net, (p["n"], c, p["h"], p["w"])
 
@@ -386,15 +397,34 @@ def branch_concat(p: dict[str, Any]) -> tuple[nn.Module, tuple[int, ...]]:
     return _BranchConcat(p["c"], p["f"], p["k"], p["op"]), (p["n"], p["c"], p["h"], p["w"])
 
 
+class _SwiGLU(nn.Module):
+    """Llama's MLP: ``fc2(silu(fc1(x)) * fc3(x))``, no biases (gate, up and down projections)."""
+
+    def __init__(self, c: int, f: int) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(c, f, bias=False)
+        self.act = nn.SiLU()
+        self.fc3 = nn.Linear(c, f, bias=False)
+        self.mul = Eltwise("mul")
+        self.fc2 = nn.Linear(f, c, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(self.mul(self.act(self.fc1(x)), self.fc3(x)))
+
+
 @family("mlp", ("c", "f"), {"op": "gelu", "h": 1},
-        lambda p: (4.0 * p["n"] * p["h"] * p["c"] * p["f"], float(p["n"] * p["h"] * max(p["c"], p["f"]))))
+        lambda p: ((6.0 if p["op"] == "swiglu" else 4.0) * p["n"] * p["h"] * p["c"] * p["f"],
+                   float(p["n"] * p["h"] * max(p["c"], p["f"]))))
 def mlp(p: dict[str, Any]) -> tuple[nn.Module, tuple[int, ...]]:
-    """Transformer MLP: linear c→f, ``op``, linear f→c on ``h`` tokens."""
+    """Transformer MLP on ``h`` tokens: linear c→f, ``op`` (an activation), linear f→c;
+    or with ``op`` = ``swiglu`` Llama's gated MLP (:class:`_SwiGLU`)."""
+    shape = (p["n"], p["h"], p["c"]) if p["h"] > 1 else (p["n"], p["c"])
+    if p["op"] == "swiglu":
+        return _SwiGLU(p["c"], p["f"]), shape
     net = nn.Sequential()
     net.add_module("fc1", nn.Linear(p["c"], p["f"]))
     net.add_module("act", _activation(p["op"]))
     net.add_module("fc2", nn.Linear(p["f"], p["c"]))
-    shape = (p["n"], p["h"], p["c"]) if p["h"] > 1 else (p["n"], p["c"])
     return net, shape
 
 
@@ -487,6 +517,182 @@ def window_attention(p: dict[str, Any]) -> tuple[nn.Module, tuple[int, ...]]:
     net = nn.Sequential()
     net.add_module("attn", ShiftedWindowAttention(p["c"], [p["k"], p["k"]], [shift, shift], p["groups"]))
     return net, (p["n"], p["h"], p["w"], p["c"])
+
+
+# --- transformer blocks as timm and HuggingFace write them -------------------------------
+# Every tensor op is its own submodule (``_Call``, ``_SDPA`` ...), so the exported node
+# names and every backend's profile lead back to one layer, as for the families above.
+
+SDPA_OPS = ("plain", "causal", "mask", "rope")
+
+
+class _Call(nn.Module):
+    """``x.<method>(*args)`` (a permute, unbind, transpose or reshape) as its own layer."""
+
+    def __init__(self, method: str, *args: Any) -> None:
+        super().__init__()
+        self.method, self.args = method, args
+
+    def forward(self, x: torch.Tensor) -> Any:
+        return getattr(x, self.method)(*self.args)
+
+
+class _SDPA(nn.Module):
+    """``F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)``."""
+
+    def __init__(self, causal: bool = False) -> None:
+        super().__init__()
+        self.causal = causal
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                mask: torch.Tensor | None = None) -> torch.Tensor:
+        return nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=self.causal)
+
+
+class _Half(nn.Module):
+    """The first or second ``half`` of the last dimension (``x[..., :half]``, ``x[..., half:]``)."""
+
+    def __init__(self, first: bool, half: int) -> None:
+        super().__init__()
+        self.first, self.half = first, half
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x[..., :self.half] if self.first else x[..., self.half:]
+
+
+class _Neg(nn.Module):
+    """``-x`` as its own layer."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return -x
+
+
+class _Rotary(nn.Module):
+    """Llama's rotary embedding of q or k (``apply_rotary_pos_emb``): ``x * cos +
+    rotate_half(x) * sin`` with ``rotate_half(x) = cat(-x2, x1)``; cos and sin are the
+    caller's (tokens, head_dim) tables."""
+
+    def __init__(self, head_dim: int) -> None:
+        super().__init__()
+        self.x1, self.x2, self.neg = _Half(True, head_dim // 2), _Half(False, head_dim // 2), _Neg()
+        self.cat = Concat(dim=-1)
+        self.mul_cos, self.mul_sin, self.add = Eltwise("mul"), Eltwise("mul"), Eltwise("add")
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        rotated = self.cat(self.neg(self.x2(x)), self.x1(x))
+        return self.add(self.mul_cos(x, cos), self.mul_sin(rotated, sin))
+
+
+def rotary_tables(tokens: int, head_dim: int, base: float = 10000.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """(cos, sin) of shape (tokens, head_dim) as Llama's rotary embedding computes them."""
+    inv_freq = 1.0 / base ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
+    angles = torch.outer(torch.arange(tokens, dtype=torch.float32), inv_freq)
+    emb = torch.cat((angles, angles), dim=-1)
+    return emb.cos(), emb.sin()
+
+
+class _SdpaAttention(nn.Module):
+    """timm's ViT ``Attention``: qkv linear → reshape (n, T, 3, heads, d) → permute →
+    unbind → scaled-dot-product attention → transpose → reshape → proj linear; ``op``
+    (:data:`SDPA_OPS`) adds ``is_causal``, an additive float mask (a buffer, as a padding
+    mask or position bias) or Llama's rotary embedding of q and k."""
+
+    def __init__(self, tokens: int, c: int, heads: int, op: str) -> None:
+        super().__init__()
+        d = c // heads
+        self.qkv = nn.Linear(c, 3 * c)
+        self.split_heads = _Call("reshape", -1, tokens, 3, heads, d)
+        self.permute = _Call("permute", 2, 0, 3, 1, 4)
+        self.unbind = _Call("unbind", 0)
+        self.register_buffer("mask", torch.randn(1, 1, tokens, tokens) if op == "mask" else None)
+        if op == "rope":
+            cos, sin = rotary_tables(tokens, d)
+            self.register_buffer("cos", cos)
+            self.register_buffer("sin", sin)
+            self.rope_q, self.rope_k = _Rotary(d), _Rotary(d)
+        self.rope = op == "rope"
+        self.sdpa = _SDPA(causal=op == "causal")
+        self.transpose = _Call("transpose", 1, 2)
+        self.merge_heads = _Call("reshape", -1, tokens, c)
+        self.proj = nn.Linear(c, c)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = self.unbind(self.permute(self.split_heads(self.qkv(x))))
+        if self.rope:
+            q, k = self.rope_q(q, self.cos, self.sin), self.rope_k(k, self.cos, self.sin)
+        return self.proj(self.merge_heads(self.transpose(self.sdpa(q, k, v, self.mask))))
+
+
+def _check_heads(family_name: str, c: int, heads: int) -> None:
+    if c % heads:
+        raise ValueError(f"{family_name} width c={c} is not divisible by groups={heads} heads")
+
+
+@family("sdpa", ("h", "c", "groups"), {"op": "plain"}, lambda p: _attention_size({**p, "w": 1}))
+def sdpa(p: dict[str, Any]) -> tuple[nn.Module, tuple[int, ...]]:
+    """Self-attention of ``h`` tokens of width ``c`` with ``groups`` heads as timm's ViT
+    writes it (:class:`_SdpaAttention`: ``F.scaled_dot_product_attention`` between the qkv
+    and output projections); ``op`` is ``plain``, ``causal``, ``mask`` or ``rope``."""
+    if p["op"] not in SDPA_OPS:
+        raise ValueError(f"sdpa op must be one of {', '.join(SDPA_OPS)}, got {p['op']!r}")
+    _check_heads("sdpa", p["c"], p["groups"])
+    if p["op"] == "rope" and (p["c"] // p["groups"]) % 2:
+        raise ValueError(f"sdpa rope needs an even head width, got c={p['c']} / groups={p['groups']}")
+    return _SdpaAttention(p["h"], p["c"], p["groups"], p["op"]), (p["n"], p["h"], p["c"])
+
+
+class _DecoderAttention(nn.Module):
+    """A Llama-style decoder's attention without a KV-cache module: q/k/v projections
+    (no biases), heads split by reshape + transpose, scaled-dot-product attention and the
+    output projection. Prefill: causal attention of the ``tokens`` inputs among
+    themselves. Decode: one token whose k/v are concatenated to the cache given as the
+    second and third inputs (n, heads, cache, d), then attention of 1 query over them."""
+
+    def __init__(self, n: int, c: int, heads: int, decode: bool) -> None:
+        super().__init__()
+        d = c // heads
+        self.decode = decode
+        self.q_proj, self.k_proj, self.v_proj = (nn.Linear(c, c, bias=False) for _ in range(3))
+        self.q_heads, self.k_heads, self.v_heads = (_Call("reshape", n, -1, heads, d) for _ in range(3))
+        self.q_transpose, self.k_transpose, self.v_transpose = (_Call("transpose", 1, 2) for _ in range(3))
+        if decode:
+            self.k_cat, self.v_cat = Concat(dim=2), Concat(dim=2)
+        self.sdpa = _SDPA(causal=not decode)
+        self.transpose = _Call("transpose", 1, 2)
+        self.merge_heads = _Call("flatten", 2)
+        self.o_proj = nn.Linear(c, c, bias=False)
+
+    def forward(self, x: torch.Tensor, k_cache: torch.Tensor | None = None,
+                v_cache: torch.Tensor | None = None) -> torch.Tensor:
+        q = self.q_transpose(self.q_heads(self.q_proj(x)))
+        k = self.k_transpose(self.k_heads(self.k_proj(x)))
+        v = self.v_transpose(self.v_heads(self.v_proj(x)))
+        if self.decode:
+            k, v = self.k_cat(k_cache, k), self.v_cat(v_cache, v)
+        return self.o_proj(self.merge_heads(self.transpose(self.sdpa(q, k, v))))
+
+
+def _decoder_size(p: dict[str, Any]) -> tuple[float, float]:
+    n, h, c = p["n"], p["h"], p["c"]
+    if p["op"] == "decode":        # one token over the h cached and its own key
+        return 2.0 * n * c * (4 * c + 2 * (h + 1)), float(n * (h + 1) * c)
+    return 2.0 * n * h * c * (4 * c + 2 * h), float(n * max(p["groups"] * h * h, h * c))
+
+
+@family("decoder_attention", ("h", "c", "groups", "op"), {}, _decoder_size)
+def decoder_attention(p: dict[str, Any]) -> tuple[nn.Module, tuple[int, ...] | tuple[tuple[int, ...], ...]]:
+    """A decoder's attention block (:class:`_DecoderAttention`) with ``groups`` heads of
+    width ``c`` / ``groups``: ``op`` = ``prefill`` runs ``h`` tokens (causal), ``decode``
+    one token with a cache of ``h`` tokens, whose inputs are the token (n, 1, c) and the
+    k and v caches (n, groups, h, c / groups)."""
+    if p["op"] not in ("prefill", "decode"):
+        raise ValueError(f"decoder_attention op must be prefill or decode, got {p['op']!r}")
+    _check_heads("decoder_attention", p["c"], p["groups"])
+    n, h, c, heads = p["n"], p["h"], p["c"], p["groups"]
+    if p["op"] == "prefill":
+        return _DecoderAttention(n, c, heads, decode=False), (n, h, c)
+    cache = (n, heads, h, c // heads)
+    return _DecoderAttention(n, c, heads, decode=True), ((n, 1, c), cache, cache)
 
 
 @family("conv_pool", ("h", "w", "c", "k", "op"), {"stride": 2},

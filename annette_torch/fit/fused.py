@@ -2,8 +2,9 @@
 (see :mod:`annette_torch.layer_models.fused_layers` for how estimates use it).
 
 Kernel kinds are fitted on their *plain* kernels: those that absorbed nothing, or only
-layers the exporter folds into the weights (:data:`FOLDED`). The other kernels then
-tell what each fused layer kind adds: per kernel,
+layers the exporter folds into the weights (:data:`FOLDED`) or that only change where
+the kernel reads or writes (:data:`LAYOUT`). The other kernels then tell what each
+fused layer kind adds: per kernel,
 
     measured - model(kernel) = output elements * sum over its fused layers of cost[kind]
 
@@ -19,11 +20,16 @@ from scipy.optimize import nnls
 
 #: layer kinds the ONNX export folds into the preceding conv's weights: free when fused
 FOLDED = frozenset({"batch_norm"})
+#: data movement that a kernel absorbing it does as addressing: it writes its output
+#: transposed or split (OpenVINO's attention kernel writes timm's ``transpose(1, 2)``
+#: that way, its transpose kernel the ``unbind`` after it) or reads a slice in place.
+#: Free when fused, so an attention kernel that always absorbs its transpose is plain.
+LAYOUT = frozenset({"permute", "split", "slice"})
 
 
 def costly_members(fused_kinds: str) -> list[str]:
     """The fused layer kinds (``+``-joined, primary excluded) that may cost time."""
-    return [k for k in fused_kinds.split("+") if k and k not in FOLDED]
+    return [k for k in fused_kinds.split("+") if k and k not in FOLDED and k not in LAYOUT]
 
 
 def is_plain(kernels: pd.DataFrame) -> np.ndarray:

@@ -2,7 +2,8 @@
 
 BatchNorm in inference is a per-channel scale and shift (2 ops per element); LayerNorm
 and GroupNorm compute statistics too (mean, variance, normalise, scale, shift: 5 ops
-per element). None of these are counted by ``torch.utils.flop_counter``.
+per element); RMSNorm has no mean to subtract and no shift (square, mean, normalise,
+scale: 4 ops per element). None of these are counted by ``torch.utils.flop_counter``.
 """
 from __future__ import annotations
 
@@ -34,9 +35,9 @@ class BatchNorm(SameShapeKind):
 @register_kind
 class LayerNorm(SameShapeKind):
     name = "layer_norm"
-    modules = (nn.LayerNorm, nn.RMSNorm)
-    ops = ("layer_norm", "rms_norm")
-    onnx_ops = ("LayerNormalization", "RMSNormalization")
+    modules = (nn.LayerNorm,)
+    ops = ("layer_norm",)
+    onnx_ops = ("LayerNormalization",)
 
     def attrs_from_module(self, module):
         return {"normalized_shape": tuple(module.normalized_shape)}
@@ -54,6 +55,17 @@ class LayerNorm(SameShapeKind):
 
     def count_ops(self, attrs, in_shapes, out_shapes):
         return 5.0 * numel(out_shapes[0])
+
+
+@register_kind
+class RMSNorm(LayerNorm):
+    name = "rms_norm"
+    modules = (nn.RMSNorm,)
+    ops = ("rms_norm",)
+    onnx_ops = ("RMSNormalization",)
+
+    def count_ops(self, attrs, in_shapes, out_shapes):
+        return 4.0 * numel(out_shapes[0])
 
 
 @register_kind
