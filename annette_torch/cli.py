@@ -13,6 +13,7 @@
     annette-torch noise --backend B [--threads N] [--precision P] [--rounds R] [--minutes M]
     annette-torch stores DIR [--compact] [--by-family]
     annette-torch fit --data STORE_DIR --out PROFILE_DIR [--name NAME] [--seed S] [--test-share F] [--first N] [--sample N]
+                  [--prior PROFILE]
     annette-torch adapt --from PROFILE[,PROFILE...] --backend B [--threads N] [--precision P] --samples K
                   [--seed S] [--mapping M] --out FILE.json [--name NAME] [--rounds R] [--warmup W] [--repeats N]
     annette-torch adapt --descriptor DEVICE.json [--from PROFILE,...] --out FILE.json [--name NAME]
@@ -360,11 +361,19 @@ def cmd_fit(args: argparse.Namespace) -> int:
     if args.name and len(folders) > 1:
         raise ValueError(f"--name names one profile, but {args.data} holds {len(folders)} stores; pass one store folder")
     for folder in folders:
-        print(f"fitting {folder}")
-        profile = fit_profile(folder, name=args.name, seed=args.seed, test_share=args.test_share,
-                              first=args.first, sample=args.sample, progress=True,
-                              with_statistical=args.with_statistical)
-        print(format_report(profile.fit_metrics))
+        if args.prior:
+            from .fit.prior import fit_prior_corrected, format_prior_report
+            print(f"fitting {folder} as corrections of {args.prior}")
+            profile = fit_prior_corrected(folder, args.prior, name=args.name, seed=args.seed,
+                                          test_share=args.test_share, first=args.first, sample=args.sample,
+                                          progress=True)
+            print(format_prior_report(profile.fit_metrics))
+        else:
+            print(f"fitting {folder}")
+            profile = fit_profile(folder, name=args.name, seed=args.seed, test_share=args.test_share,
+                                  first=args.first, sample=args.sample, progress=True,
+                                  with_statistical=args.with_statistical)
+            print(format_report(profile.fit_metrics))
         path = profile.save(Path(args.out) / f"{profile.name}.json")
         print(f"wrote {path}\n")
     return 0
@@ -501,6 +510,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="keep the statistical layer models (estimate --model-type statistical); by default they "
                           "are kept only where the model preference reaches them, which it does not when mixed "
                           "models cover the same kinds")
+    fit.add_argument("--prior", help="a profile (name or .json path) to correct with the store's measurements "
+                                     "instead of fitting from scratch: for few measurements (docs/prior.md)")
     fit.set_defaults(func=cmd_fit)
     adapt = sub.add_parser("adapt", help="adapt a profile to another device from a few measured networks "
                                          "(or from a device descriptor)")
