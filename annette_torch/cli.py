@@ -8,6 +8,7 @@
     annette-torch calibrate --backend openvino-cpu --sweep quick --out DIR [--threads N]
                   [--precision P] [--minutes M] [--timeout S] [--config FILE] [--dry-run] [--retry-failed]
                   [--rounds R] [--warmup W] [--repeats N] [--statistic S] [--drift D]
+    annette-torch calibrate --backend B --minutes M [--prior PROFILE] [--sweep POOL] [--for MODEL ...] --out DIR
     annette-torch calibrate --backend B --for MODEL [MODEL ...] --out DIR [--profile P] [--input-shape S]
                   [--threads N] [--precision P] [--rounds R] [--warmup W] [--repeats N] [--statistic S] [--drift D]
     annette-torch noise --backend B [--threads N] [--precision P] [--rounds R] [--minutes M]
@@ -257,11 +258,13 @@ def _print_machine(threads: int) -> None:
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from .calibration import dry_run_campaign, run_campaign
 
-    if (args.sweep is None) == (args.models is None):
-        raise ValueError("calibrate needs either --sweep (a calibration campaign) or --for MODEL ... "
-                         "(the kernels of those networks)")
     if not args.out and not args.dry_run:
         raise ValueError("calibrate needs --out DIR (where the measurements go)")
+    if args.prior or (args.minutes and args.sweep is None):
+        return _calibrate_budget(args)
+    if (args.sweep is None) == (args.models is None):
+        raise ValueError("calibrate needs --sweep (a calibration campaign), --for MODEL ... (the kernels of those "
+                         "networks) or --minutes M [--prior PROFILE] (a budgeted campaign that starts from a profile)")
     if args.models is not None:
         if args.dry_run or args.minutes or args.retry_failed:
             raise ValueError("--dry-run, --minutes and --retry-failed apply to a --sweep campaign, not to --for")
@@ -290,6 +293,31 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
             print(f"warning: while measuring: {warning}", file=sys.stderr)
     if summary.stopped_early:
         print("time limit reached; run the same command again to continue where this run stopped")
+    return 0
+
+
+def _calibrate_budget(args: argparse.Namespace) -> int:
+    from .backends import get_backend
+    from .calibration.budget import run_budgeted_campaign
+
+    if args.dry_run or args.retry_failed:
+        raise ValueError("--dry-run and --retry-failed apply to a fixed --sweep campaign, not to a budgeted one")
+    if not args.minutes:
+        raise ValueError("a budgeted campaign (--prior) needs --minutes M, its budget")
+    options = {"config": args.config} if args.config else {}
+    backend = get_backend(args.backend, threads=args.threads, precision=args.precision, **options)
+    protocol = protocol_from(args, backend, CALIBRATION_PROTOCOL)
+    pool = args.sweep or "full"
+    print(f"budgeted campaign on {args.backend} ({args.threads} thread(s), {backend.precision}) for {args.minutes:g} "
+          f"min from prior {args.prior or 'the built-in profile of the backend'}, benchmarks of sweep {pool!r}"
+          + (f", weighted by the kinds of {', '.join(args.models)}" if args.models else "") + f"; {protocol}")
+    _print_machine(args.threads)
+    summary = run_budgeted_campaign(args.backend, args.out, args.minutes, prior=args.prior, pool=pool,
+                                    models=args.models or (), threads=args.threads, precision=args.precision,
+                                    timeout_s=args.timeout, warmup=protocol.warmup, repeats=protocol.repeats,
+                                    rounds=protocol.rounds, statistic=protocol.statistic, drift=protocol.drift,
+                                    backend_options=options)
+    print(summary)
     return 0
 
 
@@ -472,7 +500,13 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--threads", type=_positive_int, default=1, help="threads the runtime may use (default 1)")
     cal.add_argument("--precision", help="arithmetic precision (default: the backend's own, f32 for the CPU "
                                           "runtimes, int8 for zcu102, f16 for ncs2)")
-    cal.add_argument("--minutes", type=float, help="stop after this many minutes (rerun to resume)")
+    cal.add_argument("--minutes", type=float,
+                     help="stop after this many minutes (rerun to resume); without --sweep, or with --prior: the "
+                          "budget of a campaign that measures where the prior profile is worst")
+    cal.add_argument("--prior", help="a budgeted campaign: the profile (name or .json) whose errors on this machine "
+                                     "steer it (default with --minutes and no --sweep: the built-in profile of the "
+                                     "backend); --sweep is then the pool (default full), --for weighs it by those "
+                                     "networks' kernel kinds")
     cal.add_argument("--timeout", type=float,
                      help="seconds before a benchmark's round counts as hung (default: the backend's, 120 for the "
                           "CPU runtimes)")
