@@ -266,8 +266,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         raise ValueError("calibrate needs --sweep (a calibration campaign), --for MODEL ... (the kernels of those "
                          "networks) or --minutes M [--prior PROFILE] (a budgeted campaign that starts from a profile)")
     if args.models is not None:
-        if args.dry_run or args.minutes or args.retry_failed:
-            raise ValueError("--dry-run, --minutes and --retry-failed apply to a --sweep campaign, not to --for")
+        if args.dry_run or args.retry_failed:
+            raise ValueError("--dry-run and --retry-failed apply to a --sweep campaign, not to --for")
         return _calibrate_for(args)
     options = {"config": args.config} if args.config else {}
     if args.dry_run:

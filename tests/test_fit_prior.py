@@ -10,9 +10,10 @@ import torch
 from torch import nn
 
 from annette_torch import Estimator, trace
-from annette_torch.calibration import MeasurementStore, build_benchmark, load_sweep
+from annette_torch.calibration import BenchmarkSpec, MeasurementStore, build_benchmark, load_sweep
 from annette_torch.cli import main
 from annette_torch.fit.prior import fit_prior_corrected
+from annette_torch.mapping import FusionRule
 from annette_torch.nas.nasbench201 import NB201Network
 from annette_torch.profiles import load_profile
 from annette_torch.profiles.fingerprint import ProfileMismatchWarning
@@ -29,12 +30,13 @@ def _estimator(profile, **options) -> Estimator:
         return Estimator(profile, **options)
 
 
-def synthetic_store(root, prior, specs, factor: float, kinds=None):
+def synthetic_store(root, prior, specs, factor: float, kinds=None, unfused=()):
     """A store whose benchmarks took ``factor`` times what ``prior`` estimates, every kernel
     grouped as the prior groups it: each primary layer executed with the kernel's time in
     profiler terms ((factor * estimate - per-kernel overhead) / the prior's gap scale, so
     that in end-to-end terms it is ``factor`` times the prior's), the layers fused into it
-    fused. ``kinds``: only kernels of these kinds are measured (others: not executed)."""
+    fused. ``kinds``: only kernels of these kinds are measured (others: not executed);
+    layers of the kinds in ``unfused`` ran as kernels of their own (1 us each)."""
     estimator = _estimator(prior, weights_from_memory=False)
     scale = prior.fit_metrics["gap"]["scale"]
     with MeasurementStore.open(root, FINGERPRINT) as store:
@@ -51,7 +53,10 @@ def synthetic_store(root, prior, specs, factor: float, kinds=None):
                              "status": "executed" if measured else "optimized", "time_ms": ms if measured else 0.0,
                              "spread": 0.01})
                 rows += [{"benchmark": spec.id, "layer": name, "kind": graph[name].kind, "status": "fused",
-                          "fused_into": primary, "time_ms": 0.0, "spread": 0.01} for name in fused]
+                          "fused_into": primary, "time_ms": 0.0, "spread": 0.01}
+                         if graph[name].kind not in unfused else
+                         {"benchmark": spec.id, "layer": name, "kind": graph[name].kind, "status": "executed",
+                          "time_ms": 0.001, "spread": 0.01} for name in fused]
             total = factor * times.total_ms
             store.append({"benchmark": spec.id, "family": spec.family, "spec": spec.to_json(), "status": "ok",
                           "time_ms": total, "spread": 0.01, "repeats": 10, "layers_sum_ms": total,
@@ -158,3 +163,16 @@ def test_a_prior_corrected_profile_is_not_corrected_again(tmp_path, prior):
     corrected = fit_prior_corrected(folder, PRIOR)
     with pytest.raises(ValueError, match="prior-corrected already"):
         fit_prior_corrected(folder, corrected)
+
+
+def test_fusion_rules_stay_the_priors_unless_the_data_clearly_contradict_them(tmp_path, prior):
+    relu = FusionRule("conv", "relu", "conv")
+    assert relu in prior.mapping
+    chains = [BenchmarkSpec("conv_chain", {"c": c, "f": 2 * c, "h": 14, "k": 3, "op": op})
+              for c in range(8, 56, 4) for op in ("relu", "bn-relu6")]
+    kept = fit_prior_corrected(synthetic_store(tmp_path / "a", prior, chains, 1.0), PRIOR)
+    assert kept.mapping == prior.mapping and kept.fit_metrics["fusion"]["replaced"] == []
+    contradicted = fit_prior_corrected(synthetic_store(tmp_path / "b", prior, chains, 1.0, unfused=("relu",)), PRIOR)
+    assert contradicted.fit_metrics["fusion"]["replaced"] == ["conv + relu"]
+    assert relu not in contradicted.mapping
+    assert set(contradicted.mapping) == set(prior.mapping) - {relu}      # conv + relu6 and the rest stay
