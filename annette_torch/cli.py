@@ -386,6 +386,8 @@ def cmd_fit(args: argparse.Namespace) -> int:
     folders = store_folders(args.data)
     if not folders:
         raise ValueError(f"no measurement stores (folders with fingerprint.json) at or under {args.data}")
+    if args.prior and args.with_statistical:
+        raise ValueError("--with-statistical applies to a fit from scratch; --prior keeps the prior's model sets")
     if args.name and len(folders) > 1:
         raise ValueError(f"--name names one profile, but {args.data} holds {len(folders)} stores; pass one store folder")
     for folder in folders:

@@ -110,3 +110,21 @@ def test_calibrate_minutes_with_a_prior_prints_the_plan_and_the_fit_command(tmp_
 def test_a_budgeted_campaign_needs_minutes(tmp_path, capsys):
     assert main(["calibrate", "--backend", "torch-cpu", "--prior", "torch-cpu", "--out", str(tmp_path)]) == 2
     assert "needs --minutes" in capsys.readouterr().err
+
+
+def test_the_users_networks_weigh_the_families_by_their_kernel_kinds():
+    from annette_torch.calibration.budget import RELEVANCE_FLOOR, PriorScorer, family_relevance
+
+    prior = load_profile("torch-cpu")
+    families = {"conv2d": FamilyState("conv2d", [BenchmarkSpec("conv2d", {"c": 32, "f": 32, "h": 14, "k": 3})]),
+                "linear": FamilyState("linear", [BenchmarkSpec("linear", {"c": 64, "f": 64})])}
+    relevance = family_relevance(prior, ["torchvision:squeezenet1_0"], families, PriorScorer(prior))
+    assert relevance["linear"] == RELEVANCE_FLOOR           # squeezenet has no fully connected layer
+    assert relevance["conv2d"] > 0.5
+
+
+def test_a_fixed_sweep_with_minutes_is_still_the_fixed_campaign(tmp_path, capsys):
+    assert main(["calibrate", "--backend", "torch-cpu", "--sweep", "smoke", "--minutes", "0", "--out",
+                 str(tmp_path)]) == 0
+    printed = capsys.readouterr().out
+    assert "with sweep 'smoke'" in printed and "time limit reached" in printed

@@ -176,3 +176,17 @@ def test_fusion_rules_stay_the_priors_unless_the_data_clearly_contradict_them(tm
     assert contradicted.fit_metrics["fusion"]["replaced"] == ["conv + relu"]
     assert relu not in contradicted.mapping
     assert set(contradicted.mapping) == set(prior.mapping) - {relu}      # conv + relu6 and the rest stay
+
+
+def test_a_damaged_correction_field_is_refused_naming_it(tmp_path, prior):
+    import json
+
+    from annette_torch.profiles import ProfileError
+
+    linears = [s for s in load_sweep("quick") if s.family == "linear"][:4]
+    path = fit_prior_corrected(synthetic_store(tmp_path, prior, linears, 1.2), PRIOR).save(tmp_path / "c.json")
+    data = json.loads(path.read_text())
+    data["correction"]["layer_models"]["mixed"]["linear"]["log_scale"] = "fast"
+    path.write_text(json.dumps(data))
+    with pytest.raises(ProfileError, match=r"correction\.layer_models\.mixed\.linear.*log_scale"):
+        load_profile(path)

@@ -193,7 +193,8 @@ class PriorScorer:
         return self._ms[spec.id]
 
     def error(self, spec: BenchmarkSpec, measured_ms: float) -> float:
-        return abs(math.log(self.estimate_ms(spec) / measured_ms))
+        """``|log(estimate / measured)|`` of one benchmark (an estimate of 0 counts as 1 ns)."""
+        return abs(math.log(max(self.estimate_ms(spec), 1e-6) / measured_ms))
 
 
 def family_states(pool: Sequence[BenchmarkSpec], networks: Any, scorer: PriorScorer) -> dict[str, FamilyState]:

@@ -390,9 +390,6 @@ def format_prior_report(metrics: dict) -> str:
     prior = metrics["prior"]
     lines = [f"correcting {prior['name']} (sha256 {prior['sha256'][:16]}) with {metrics['benchmarks']} benchmarks "
              f"of store {metrics['store']} ({metrics['usable_kernels']} usable kernels)"]
-    stats = {}
-    for type_stats in metrics["shrinkage"].values():
-        stats.update({k: v for k, v in type_stats["kinds"].items() if k not in stats})
     if metrics["kinds"]:
         lines += ["", f"{'kind':<20}{'kernels':>8}{'model':>18}{'factor':>9}{'shrink':>8}{'residual':>10}"
                       f"{'prior MAPE %':>14}{'corrected %':>13}"]
