@@ -25,9 +25,10 @@ Method (the argument and the evidence: ``docs/prior.md``):
    0 estimated from the kinds' means by the method of moments (at least
    :data:`SPREAD_FLOOR` squared). Many consistent samples give the kind's own mean, one
    noisy sample little of it. A kind without samples has no entry: the prior's time.
-4. **A residual model where a kind has enough samples** (:data:`MIN_RESIDUAL_KERNELS`): a
-   ridge regression of what is left (``r`` minus the factor) on the regression inputs,
-   its penalty chosen by cross-validation, kept only if 5-fold cross-validation shows it
+4. **A residual model where a kind has enough samples**: a ridge regression of what is
+   left (``r`` minus the factor) on the kernel's size (log operations and log elements
+   moved) from :data:`MIN_SIZE_KERNELS` kernels, on all regression inputs from
+   :data:`MIN_RESIDUAL_KERNELS`, its penalty chosen by cross-validation, kept only if 5-fold cross-validation shows it
    cuts the mean absolute log error by at least :data:`RESIDUAL_GAIN`; the total
    correction is bounded by the largest ``|r|`` seen.
 
@@ -58,7 +59,7 @@ from sklearn.model_selection import KFold
 from ..estimator import Estimator
 from ..kinds import FEATURES, PRODUCT_KINDS
 from ..layer_models.corrected import KindCorrection, PriorCorrection
-from ..layer_models.regressors import LinearRegressor, regression_inputs
+from ..layer_models.regressors import REGRESSION_INPUTS, LinearRegressor, regression_inputs
 from ..mapping import FusionRule, map_kernels
 from ..profiles import Profile, load_profile
 from ..profiles.fingerprint import ProfileMismatchWarning
@@ -82,8 +83,11 @@ DEFAULT_NOISE = 0.10
 SPREAD_FLOOR = 0.05
 #: the per-inference overhead is refitted from this many benchmarks on (else the prior's stays)
 MIN_OVERHEAD_BENCHMARKS = 10
-#: a kind needs this many kernels for a residual model on its features
+#: a kind needs this many kernels for a residual model on its size (log operations and elements moved) ...
+MIN_SIZE_KERNELS = 8
+#: ... and this many for one on all its regression inputs
 MIN_RESIDUAL_KERNELS = 30
+SIZE_INPUTS = [REGRESSION_INPUTS.index("log_ops"), REGRESSION_INPUTS.index("log_elems_moved")]
 #: a residual model is kept if it cuts the cross-validated mean |log error| by this share
 RESIDUAL_GAIN = 0.1
 _ALPHAS = np.logspace(-2, 3, 11)
@@ -201,24 +205,29 @@ def _samples(data: StoreData, prior: Profile, rules: tuple[FusionRule, ...], min
                     {t: p[index] for t, p in predicted.items()}, preferred[index])
 
 
-def _residual(x: np.ndarray, y: np.ndarray, w: np.ndarray, seed: int) -> tuple[LinearRegressor | None, dict]:
-    """A ridge model of ``y`` (what the factor leaves) on regression inputs ``x``, or None
-    when cross-validation says it does not pay (module doc, step 4)."""
-    mean, std = x.mean(axis=0), x.std(axis=0)
+def _residual(x: np.ndarray, y: np.ndarray, w: np.ndarray, seed: int,
+              columns: list[int]) -> tuple[LinearRegressor | None, dict]:
+    """A ridge model of ``y`` (what the factor leaves) on the ``columns`` of regression
+    inputs ``x`` (the other inputs get 0), or None when cross-validation says it does not
+    pay (module doc, step 4)."""
+    part = x[:, columns]
+    mean, std = part.mean(axis=0), part.std(axis=0)
     std[std == 0] = 1.0
-    z = (x - mean) / std
+    z = (part - mean) / std
     errors, baseline = [], []
-    for train, test in KFold(n_splits=5, shuffle=True, random_state=seed).split(z):
+    for train, test in KFold(n_splits=min(5, len(y)), shuffle=True, random_state=seed).split(z):
         model = RidgeCV(alphas=_ALPHAS).fit(z[train], y[train], sample_weight=w[train])
         errors.append(np.average(np.abs(y[test] - model.predict(z[test])), weights=w[test]))
         baseline.append(np.average(np.abs(y[test]), weights=w[test]))
-    record = {"cv_mean_abs_log_error": float(np.mean(errors)), "cv_without": float(np.mean(baseline))}
+    record = {"inputs": [REGRESSION_INPUTS[c] for c in columns] if len(columns) < x.shape[1] else "all",
+              "cv_mean_abs_log_error": float(np.mean(errors)), "cv_without": float(np.mean(baseline))}
     if not np.mean(errors) <= (1 - RESIDUAL_GAIN) * np.mean(baseline):
         return None, {**record, "kept": False}
     model = RidgeCV(alphas=_ALPHAS).fit(z, y, sample_weight=w)
-    coef = model.coef_ / std
-    return LinearRegressor(coef, float(model.intercept_ - coef @ mean)), {**record, "kept": True,
-                                                                          "alpha": float(model.alpha_)}
+    coef = np.zeros(x.shape[1])
+    coef[columns] = model.coef_ / std
+    return LinearRegressor(coef, float(model.intercept_ - coef[columns] @ mean)), {**record, "kept": True,
+                                                                                   "alpha": float(model.alpha_)}
 
 
 def fit_corrections(samples: _Samples, rows: np.ndarray, seed: int = 0) -> tuple[dict[str, dict[str, KindCorrection]], dict]:
@@ -250,8 +259,10 @@ def fit_corrections(samples: _Samples, rows: np.ndarray, seed: int = 0) -> tuple
             shrink = n_eff[kind] / (n_eff[kind] + sigma2 / tau2)
             log_scale = shrink * means[kind]
             residual, record = None, {}
-            if len(at) >= MIN_RESIDUAL_KERNELS:
-                residual, record = _residual(regression_inputs(features[at]), logs[kind] - log_scale, weights[at], seed)
+            if len(at) >= MIN_SIZE_KERNELS:
+                columns = list(range(len(REGRESSION_INPUTS))) if len(at) >= MIN_RESIDUAL_KERNELS else SIZE_INPUTS
+                residual, record = _residual(regression_inputs(features[at]), logs[kind] - log_scale, weights[at],
+                                             seed, columns)
             max_log = max(float(np.abs(logs[kind]).max()), abs(log_scale))
             corrections.setdefault(type_name, {})[kind] = KindCorrection(log_scale, max_log, int(len(at)), residual)
             kinds_stats[kind] = {"kernels": int(len(at)), "benchmarks": int(samples.kernels["benchmark"].iloc[at].nunique()),
