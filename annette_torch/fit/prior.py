@@ -27,8 +27,9 @@ Method (the argument and the evidence: ``docs/prior.md``):
    noisy sample little of it. A kind without samples has no entry: the prior's time.
 4. **A residual model where a kind has enough samples**: a ridge regression of what is
    left (``r`` minus the factor) on the kernel's size (log operations and log elements
-   moved) from :data:`MIN_SIZE_KERNELS` kernels, on all regression inputs from
-   :data:`MIN_RESIDUAL_KERNELS`, its penalty chosen by cross-validation, kept only if 5-fold cross-validation shows it
+   moved) from :data:`MIN_SIZE_KERNELS` kernels, from :data:`MIN_RESIDUAL_KERNELS` on
+   the size or on all regression inputs, whichever cross-validates better, its penalty
+   chosen by cross-validation, kept only if 5-fold cross-validation shows it
    cuts the mean absolute log error by at least :data:`RESIDUAL_GAIN`; the total
    correction is bounded by the largest ``|r|`` seen.
 
@@ -89,7 +90,7 @@ MIN_SIZE_KERNELS = 8
 MIN_RESIDUAL_KERNELS = 30
 SIZE_INPUTS = [REGRESSION_INPUTS.index("log_ops"), REGRESSION_INPUTS.index("log_elems_moved")]
 #: a residual model is kept if it cuts the cross-validated mean |log error| by this share
-RESIDUAL_GAIN = 0.1
+RESIDUAL_GAIN = 0.05
 _ALPHAS = np.logspace(-2, 3, 11)
 
 
@@ -260,9 +261,11 @@ def fit_corrections(samples: _Samples, rows: np.ndarray, seed: int = 0) -> tuple
             log_scale = shrink * means[kind]
             residual, record = None, {}
             if len(at) >= MIN_SIZE_KERNELS:
-                columns = list(range(len(REGRESSION_INPUTS))) if len(at) >= MIN_RESIDUAL_KERNELS else SIZE_INPUTS
-                residual, record = _residual(regression_inputs(features[at]), logs[kind] - log_scale, weights[at],
-                                             seed, columns)
+                inputs = [SIZE_INPUTS] + ([list(range(len(REGRESSION_INPUTS)))] if len(at) >= MIN_RESIDUAL_KERNELS
+                                          else [])
+                tried = [_residual(regression_inputs(features[at]), logs[kind] - log_scale, weights[at], seed, columns)
+                         for columns in inputs]      # the size alone, or all inputs: the better by cross-validation
+                residual, record = min(tried, key=lambda t: (t[0] is None, t[1]["cv_mean_abs_log_error"]))
             max_log = max(float(np.abs(logs[kind]).max()), abs(log_scale))
             corrections.setdefault(type_name, {})[kind] = KindCorrection(log_scale, max_log, int(len(at)), residual)
             kinds_stats[kind] = {"kernels": int(len(at)), "benchmarks": int(samples.kernels["benchmark"].iloc[at].nunique()),
