@@ -172,7 +172,7 @@ def _samples(data: StoreData, prior: Profile, rules: tuple[FusionRule, ...], min
     keep = (table["measured"] & table["agrees"] & (table["time_ms"] >= min_time_ms)
             & ~(table["spread"] > max_spread))
     requests = [None, *prior.layer_models]
-    with warnings.catch_warnings():        # (group_model below is given these kernels: the mapping is ours)
+    with warnings.catch_warnings():        # they only answer kernels: the tables mapped below
         warnings.simplefilter("ignore", ProfileMismatchWarning)      # the prior describes another machine
         estimators = [Estimator(prior, model_type=r, weights_from_memory=False) for r in requests]
     predicted: dict[str, np.ndarray] = {}
@@ -352,6 +352,7 @@ def fit_prior_corrected(store: str | os.PathLike | StoreData, prior: str | os.Pa
     train_rows = np.flatnonzero(~np.isin(benchmarks, test_ids))
     all_rows = np.arange(len(benchmarks))
     digest = profile_digest(prior)
+    scale = _gap_scale(prior)
 
     # an adaptation that maps without fusion ignores the rules: the prior's stay as they were
     mapping = rules if prior.adaptation is None or prior.adaptation.fusion == "source" else prior.mapping
@@ -367,8 +368,7 @@ def fit_prior_corrected(store: str | os.PathLike | StoreData, prior: str | os.Pa
         overhead = fit_overhead(profile, data, fitted_ids, scale)
         return profile if overhead is None else dataclasses.replace(profile, overhead_ms=overhead)
 
-    scale = _gap_scale(prior)
-    train_ids = [b for b in ids if b not in set(test_ids)]
+    train_ids = [b for b, t in zip(ids, is_test) if not t]
     held_corrections, _ = fit_corrections(samples, train_rows, seed)
     held = {"benchmarks": len(test_ids),
             "prior_mape": _network_mape(dataclasses.replace(prior, mapping=mapping), data, test_ids, scale),
