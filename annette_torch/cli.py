@@ -9,11 +9,13 @@
                   [--precision P] [--minutes M] [--timeout S] [--config FILE] [--dry-run] [--retry-failed]
                   [--rounds R] [--warmup W] [--repeats N] [--statistic S] [--drift D] [--stop-after-failures K]
                   [--ray auto|local|HOST:PORT [--ray-resource NAME] [--ray-chunk N]]
+    annette-torch calibrate --backend B --minutes M [--prior PROFILE] [--sweep POOL] [--for MODEL ...] --out DIR
     annette-torch calibrate --backend B --for MODEL [MODEL ...] --out DIR [--profile P] [--input-shape S]
                   [--threads N] [--precision P] [--rounds R] [--warmup W] [--repeats N] [--statistic S] [--drift D]
     annette-torch noise --backend B [--threads N] [--precision P] [--rounds R] [--minutes M]
     annette-torch stores DIR [--compact] [--by-family]
     annette-torch fit --data STORE_DIR --out PROFILE_DIR [--name NAME] [--seed S] [--test-share F] [--first N] [--sample N]
+                  [--prior PROFILE]
     annette-torch adapt --from PROFILE[,PROFILE...] --backend B [--threads N] [--precision P] --samples K
                   [--seed S] [--mapping M] --out FILE.json [--name NAME] [--rounds R] [--warmup W] [--repeats N]
                   [--ray ADDRESS [--ray-resource NAME]]
@@ -259,14 +261,16 @@ def _print_machine(threads: int) -> None:
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from .calibration import dry_run_campaign, run_campaign
 
-    if (args.sweep is None) == (args.models is None):
-        raise ValueError("calibrate needs either --sweep (a calibration campaign) or --for MODEL ... "
-                         "(the kernels of those networks)")
     if not args.out and not args.dry_run:
         raise ValueError("calibrate needs --out DIR (where the measurements go)")
+    if args.prior or (args.minutes and args.sweep is None):
+        return _calibrate_budget(args)
+    if (args.sweep is None) == (args.models is None):
+        raise ValueError("calibrate needs --sweep (a calibration campaign), --for MODEL ... (the kernels of those "
+                         "networks) or --minutes M [--prior PROFILE] (a budgeted campaign that starts from a profile)")
     if args.models is not None:
-        if args.dry_run or args.minutes or args.retry_failed or args.ray:
-            raise ValueError("--dry-run, --minutes, --retry-failed and --ray apply to a --sweep campaign, not to --for")
+        if args.dry_run or args.retry_failed or args.ray:
+            raise ValueError("--dry-run, --retry-failed and --ray apply to a --sweep campaign, not to --for")
         return _calibrate_for(args)
     options = {"config": args.config} if args.config else {}
     if args.ray:
@@ -320,6 +324,31 @@ def _calibrate_fleet(args: argparse.Namespace, options: dict) -> int:
         print(summary)
     if any(s.benchmarks > s.already_done + s.measured + s.failed for s in summaries):
         print("benchmarks left; run the same command again to continue where this run stopped")
+    return 0
+
+
+def _calibrate_budget(args: argparse.Namespace) -> int:
+    from .backends import get_backend
+    from .calibration.budget import run_budgeted_campaign
+
+    if args.dry_run or args.retry_failed:
+        raise ValueError("--dry-run and --retry-failed apply to a fixed --sweep campaign, not to a budgeted one")
+    if not args.minutes:
+        raise ValueError("a budgeted campaign (--prior) needs --minutes M, its budget")
+    options = {"config": args.config} if args.config else {}
+    backend = get_backend(args.backend, threads=args.threads, precision=args.precision, **options)
+    protocol = protocol_from(args, backend, CALIBRATION_PROTOCOL)
+    pool = args.sweep or "full"
+    print(f"budgeted campaign on {args.backend} ({args.threads} thread(s), {backend.precision}) for {args.minutes:g} "
+          f"min from prior {args.prior or 'the built-in profile of the backend'}, benchmarks of sweep {pool!r}"
+          + (f", weighted by the kinds of {', '.join(args.models)}" if args.models else "") + f"; {protocol}")
+    _print_machine(args.threads)
+    summary = run_budgeted_campaign(args.backend, args.out, args.minutes, prior=args.prior, pool=pool,
+                                    models=args.models or (), threads=args.threads, precision=args.precision,
+                                    timeout_s=args.timeout, warmup=protocol.warmup, repeats=protocol.repeats,
+                                    rounds=protocol.rounds, statistic=protocol.statistic, drift=protocol.drift,
+                                    backend_options=options)
+    print(summary)
     return 0
 
 
@@ -388,14 +417,24 @@ def cmd_fit(args: argparse.Namespace) -> int:
     folders = store_folders(args.data)
     if not folders:
         raise ValueError(f"no measurement stores (folders with fingerprint.json) at or under {args.data}")
+    if args.prior and args.with_statistical:
+        raise ValueError("--with-statistical applies to a fit from scratch; --prior keeps the prior's model sets")
     if args.name and len(folders) > 1:
         raise ValueError(f"--name names one profile, but {args.data} holds {len(folders)} stores; pass one store folder")
     for folder in folders:
-        print(f"fitting {folder}")
-        profile = fit_profile(folder, name=args.name, seed=args.seed, test_share=args.test_share,
-                              first=args.first, sample=args.sample, progress=True,
-                              with_statistical=args.with_statistical)
-        print(format_report(profile.fit_metrics))
+        if args.prior:
+            from .fit.prior import fit_prior_corrected, format_prior_report
+            print(f"fitting {folder} as corrections of {args.prior}")
+            profile = fit_prior_corrected(folder, args.prior, name=args.name, seed=args.seed,
+                                          test_share=args.test_share, first=args.first, sample=args.sample,
+                                          progress=True)
+            print(format_prior_report(profile.fit_metrics))
+        else:
+            print(f"fitting {folder}")
+            profile = fit_profile(folder, name=args.name, seed=args.seed, test_share=args.test_share,
+                                  first=args.first, sample=args.sample, progress=True,
+                                  with_statistical=args.with_statistical)
+            print(format_report(profile.fit_metrics))
         path = profile.save(Path(args.out) / f"{profile.name}.json")
         print(f"wrote {path}\n")
     return 0
@@ -505,7 +544,13 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--threads", type=_positive_int, default=1, help="threads the runtime may use (default 1)")
     cal.add_argument("--precision", help="arithmetic precision (default: the backend's own, f32 for the CPU "
                                           "runtimes, int8 for zcu102, f16 for ncs2)")
-    cal.add_argument("--minutes", type=float, help="stop after this many minutes (rerun to resume)")
+    cal.add_argument("--minutes", type=float,
+                     help="stop after this many minutes (rerun to resume); without --sweep, or with --prior: the "
+                          "budget of a campaign that measures where the prior profile is worst")
+    cal.add_argument("--prior", help="a budgeted campaign: the profile (name or .json) whose errors on this machine "
+                                     "steer it (default with --minutes and no --sweep: the built-in profile of the "
+                                     "backend); --sweep is then the pool (default full), --for weighs it by those "
+                                     "networks' kernel kinds")
     cal.add_argument("--timeout", type=float,
                      help="seconds before a benchmark's round counts as hung (default: the backend's, 120 for the "
                           "CPU runtimes)")
@@ -550,6 +595,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="keep the statistical layer models (estimate --model-type statistical); by default they "
                           "are kept only where the model preference reaches them, which it does not when mixed "
                           "models cover the same kinds")
+    fit.add_argument("--prior", help="a profile (name or .json path) to correct with the store's measurements "
+                                     "instead of fitting from scratch: for few measurements (docs/prior.md)")
     fit.set_defaults(func=cmd_fit)
     adapt = sub.add_parser("adapt", help="adapt a profile to another device from a few measured networks "
                                          "(or from a device descriptor)")

@@ -38,6 +38,7 @@ from torch import nn
 from .graph import LayerGraph, trace
 from .kinds import FEATURES
 from .layer_models.adapted import AdaptedKernels
+from .layer_models.corrected import CorrectedKernels
 from .layer_models.fused_layers import FusedLayers
 from .layer_models.weights_from_memory import WeightsFromMemory
 from .mapping import NO_INPUT_GRAD, KernelTable, map_kernels, removed_layers
@@ -217,14 +218,18 @@ class Estimator:
         ``table``: the kind's model, plus the profile's cost of the layers fused into
         each of them and its per-kernel overhead (:mod:`annette_torch.layer_models.fused_layers`),
         corrected by the profile's adaptation to another device if it has one
-        (:mod:`annette_torch.layer_models.adapted`)."""
-        model = self.layer_model(kind)[2]
+        (:mod:`annette_torch.layer_models.adapted`), then by its correction of a prior from
+        this machine's measurements if it has one (:mod:`annette_torch.layer_models.corrected`)."""
+        type_name, _, model = self.layer_model(kind)
         costs = self.profile.fused_cost_s_per_elem
         per_elem = np.array([sum(costs.get(k, 0.0) for k in table.layer_kinds[r][1:]) for r in rows])
         if per_elem.any() or self.profile.kernel_overhead_ms:
             model = FusedLayers(model, per_elem, self.profile.kernel_overhead_ms / 1e3)
         if self.profile.adaptation is not None:
             model = AdaptedKernels(model, self.profile.adaptation)
+        correction = None if self.profile.correction is None else self.profile.correction.for_kind(type_name, kind)
+        if correction is not None:
+            model = CorrectedKernels(model, correction)
         return model
 
     def model_groups(self, table: KernelTable, skip: np.ndarray | None = None) -> list[tuple[np.ndarray, Any]]:

@@ -25,7 +25,7 @@ from ..calibration.generator import build_benchmark
 from ..calibration.sweep import BenchmarkSpec
 from ..graph import LayerGraph, trace
 from ..kinds import FEATURES
-from ..mapping import FusionRule, map_kernels
+from ..mapping import Counting, FusionRule, map_kernels
 
 
 @dataclass(frozen=True)
@@ -110,13 +110,15 @@ def layer_groups(layers: pd.DataFrame) -> dict[tuple[str, str], str]:
 
 
 def kernel_table(data: StoreData, rules: tuple[FusionRule, ...], optimize_graph: bool = False,
-                 training: bool = False) -> pd.DataFrame:
+                 training: bool = False, counting: Counting | None = None) -> pd.DataFrame:
     """One row per non-free kernel of every benchmark under ``rules``: benchmark, family,
     kernel (primary layer), kind, layers (``+``-joined), time_ms, spread (the primary's),
     measured (the primary was executed), agrees (see module doc; with ``optimize_graph``
     the benchmarks are mapped as :func:`map_kernels` does for a graph compiler), reads_input (the kernel
     reads the network's input, not another kernel's output), fused_kinds (the kinds of its
-    layers after the primary, ``+``-joined), then :data:`FEATURES`."""
+    layers after the primary, ``+``-joined), then :data:`FEATURES` (counted as ``counting``
+    says, default annette_torch's counts). Per benchmark, the rows are its
+    :func:`~annette_torch.mapping.map_kernels` table's non-free kernels in order."""
     named = data.layers[data.layers["layer"] != ""]
     key = list(zip(named["benchmark"], named["layer"]))
     time_of = dict(zip(key, named["time_ms"].fillna(0.0)))
@@ -130,7 +132,7 @@ def kernel_table(data: StoreData, rules: tuple[FusionRule, ...], optimize_graph:
 
     rows, features = [], []
     for benchmark, graph in data.graphs.items():
-        table = map_kernels(graph, rules, optimize_graph, True if training else None)   # benchmark inputs require grad
+        table = map_kernels(graph, rules, optimize_graph, True if training else None, counting)   # benchmark inputs require grad
         family = data.networks.at[benchmark, "family"]
         for k in np.flatnonzero(~table.free):
             members = table.layers[k]

@@ -50,6 +50,9 @@ when the profile has tree ensembles, their arrays in a numpy ``.npz`` file besid
                                                 # kernels (its "fusion" and "optimizes_graph"
                                                 # override "mapping" and "optimizes_graph";
                                                 # layer_models.adapted, annette_torch.transfer)
+      "correction": {...},                      # optional: per kernel kind, factors learned from
+                                                # this machine's measurements on top of a prior
+                                                # profile (layer_models.corrected, fit --prior)
       "notes": ["..."]                          # provenance and known gaps
     }
 
@@ -87,6 +90,7 @@ from ..atomic import atomic_path
 from ..validation import DataError, boolean, number, read_bytes, read_json, text
 from ..layer_models import LAYER_MODELS, LayerModel, layer_model_from_dict
 from ..layer_models.adapted import Adaptation
+from ..layer_models.corrected import PriorCorrection
 from ..kinds import FEATURES
 from ..mapping import Counting, FusionRule
 
@@ -137,6 +141,7 @@ class Profile:
     notes: list[str] = field(default_factory=list)
     source: str = ""
     adaptation: Adaptation | None = None    # set for a profile adapted to another device
+    correction: PriorCorrection | None = None  # set for a prior corrected by this machine's measurements
     counting: Counting | None = None        # how its layer models count layers (None: as annette_torch)
     ranges: dict[str, dict[str, Range]] = field(default_factory=dict)  # model type -> entry -> range
 
@@ -182,6 +187,7 @@ class Profile:
             "model_preference": list(self.model_preference),
             "fit_metrics": self.fit_metrics, "notes": list(self.notes),
             **({"adaptation": self.adaptation.to_dict()} if self.adaptation is not None else {}),
+            **({"correction": self.correction.to_dict()} if self.correction is not None else {}),
         }
 
     def save(self, path: str | os.PathLike) -> Path:
@@ -293,9 +299,10 @@ class Profile:
         training = data.get("training")
         if training is not None:
             _check_training(training, fail)
-        counting, adaptation = (_optional_field(data, name, build, source)
-                                for name, build in (("counting", Counting.from_dict),
-                                                    ("adaptation", Adaptation.from_dict)))
+        counting, adaptation, correction = (_optional_field(data, name, build, source)
+                                            for name, build in (("counting", Counting.from_dict),
+                                                                ("adaptation", Adaptation.from_dict),
+                                                                ("correction", PriorCorrection.from_dict)))
         for name, kind in (("description", str), ("fit_metrics", dict), ("notes", list)):
             if data.get(name) is not None and not isinstance(data[name], kind):
                 raise fail(name, f"expected {'a string' if kind is str else 'an object' if kind is dict else 'a list'}, "
@@ -307,7 +314,18 @@ class Profile:
                    optimizes_graph=folds, removes_dead_code=dead, removes_identity_slices=identity_slices,
                    training=training, description=data.get("description") or "",
                    fit_metrics=dict(data.get("fit_metrics") or {}), notes=list(data.get("notes") or []),
-                   source=source, adaptation=adaptation, counting=counting, ranges=ranges)
+                   source=source, adaptation=adaptation, correction=correction, counting=counting, ranges=ranges)
+
+
+def profile_digest(profile: Profile) -> str:
+    """SHA-256 (hex) of what ``profile`` holds: its JSON form (keys sorted, arrays by their
+    bytes), independent of the file it came from, its indentation and its source path."""
+    arrays: dict[str, np.ndarray] = {}
+    data = _split_arrays(profile.to_dict(), "", arrays)
+    digest = hashlib.sha256(json.dumps(data, sort_keys=True, allow_nan=False).encode())
+    if arrays:
+        digest.update(_npz_bytes(arrays))
+    return digest.hexdigest()
 
 
 def _range_field(calibrated: Range | None) -> dict:
