@@ -536,7 +536,7 @@ def main() -> None:
     summary = evaluate(args.profile, nets, measured, statistic=protocol.statistic, measured_kernels=args.measured)
     record = folder_record(source.parent)
     sessions = read_sessions(source.parent, record["since"])
-    print_report(summary, source, measured, sessions, record)
+    print_report(summary, source, measured, sessions, {**record, "statistic": protocol.statistic})
     if args.json:
         with atomic_path(args.json) as tmp:
             tmp.write_text(json.dumps({"source": str(source), "profile": args.profile,

@@ -708,12 +708,39 @@ def conv_pool(p: dict[str, Any]) -> tuple[nn.Module, tuple[int, ...]]:
     return net, (p["n"], p["c"], p["h"], p["w"])
 
 
+class Scale(nn.Module):
+    """``x * factor`` with a Python number, as its own layer (NAS-Bench-201's ``none`` edge is
+    ``x.mul(0.)``; scaled residuals multiply by a constant)."""
+
+    def __init__(self, factor: float) -> None:
+        super().__init__()
+        self.factor = factor
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.mul(self.factor)
+
+
+#: the branches a ``branch_sum`` node may sum, as NAS cells' edges are
+BRANCHES = ("avgpool", "skip", "zero", "half", "conv1x1")
+
+
+def _branch(term: str, c: int) -> nn.Module:
+    if term == "avgpool":
+        return nn.AvgPool2d(3, 1, 1, count_include_pad=False)
+    if term == "zero":
+        return Scale(0.0)
+    if term == "half":
+        return Scale(0.5)
+    if term == "conv1x1":                      # NAS-Bench-201's nor_conv_1x1: ReLU, conv, BN
+        return nn.Sequential(nn.ReLU(), nn.Conv2d(c, c, 1, bias=False), nn.BatchNorm2d(c))
+    return nn.Identity()
+
+
 class _BranchSum(nn.Module):
     def __init__(self, c: int, terms: list[str], act: bool) -> None:
         super().__init__()
         self.conv = nn.Conv2d(c, c, 1, bias=False)
-        self.branches = nn.ModuleList(
-            nn.AvgPool2d(3, 1, 1, count_include_pad=False) if t == "avgpool" else nn.Identity() for t in terms)
+        self.branches = nn.ModuleList(_branch(t, c) for t in terms)
         self.adds = nn.ModuleList(Eltwise("add") for _ in terms[1:])
         self.act = nn.ReLU() if act else nn.Identity()
 
@@ -729,10 +756,13 @@ class _BranchSum(nn.Module):
         lambda p: (2.0 * p["n"] * p["c"] ** 2 * p["h"] * p["w"], float(p["n"] * p["c"] * p["h"] * p["w"])))
 def branch_sum(p: dict[str, Any]) -> tuple[nn.Module, tuple[int, ...]]:
     """A 1x1 conv, then the sum of branches of its output, as a NAS cell's node sums its
-    edges: ``op`` lists the branches joined by ``+`` (``avgpool``: 3x3 average pooling,
-    stride 1; ``skip``: identity), optionally ending in ``-relu``, e.g. ``avgpool+skip-relu``."""
+    edges: ``op`` lists the branches joined by ``+`` (:data:`BRANCHES`: ``avgpool``: 3x3
+    average pooling, stride 1; ``skip``: identity; ``zero``: ``x.mul(0.)``, NAS-Bench-201's
+    ``none``; ``half``: ``x.mul(0.5)``, a scaled residual; ``conv1x1``: ReLU, 1x1 conv, BN),
+    optionally ending in ``-relu``, e.g. ``avgpool+skip-relu``, ``conv1x1+zero+skip``."""
     terms, _, act = p["op"].partition("-")
     branches = terms.split("+")
-    if len(branches) < 2 or any(t not in ("avgpool", "skip") for t in branches) or act not in ("", "relu"):
-        raise ValueError(f"branch_sum op must be 2+ of avgpool/skip joined by '+', optionally '-relu'; got {p['op']!r}")
+    if len(branches) < 2 or any(t not in BRANCHES for t in branches) or act not in ("", "relu"):
+        raise ValueError(f"branch_sum op must be 2+ of {'/'.join(BRANCHES)} joined by '+', optionally '-relu'; "
+                         f"got {p['op']!r}")
     return _BranchSum(p["c"], branches, act == "relu"), (p["n"], p["c"], p["h"], p["w"])
