@@ -9,7 +9,7 @@ from annette_torch.calibration import BenchmarkSpec, build_benchmark, load_sweep
 
 
 def _spec(op: str) -> BenchmarkSpec:
-    return BenchmarkSpec.from_json({"family": "branch_sum", "params": {"c": 16, "h": 8, "op": op}})
+    return BenchmarkSpec("branch_sum", {"c": 16, "h": 8, "op": op})
 
 
 def test_zero_half_and_conv_edges_build_and_trace_as_a_cell_node_does():
