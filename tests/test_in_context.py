@@ -124,6 +124,10 @@ def test_a_table_of_another_device_or_a_bad_row_is_refused(models, tmp_path):
                                                                                           drift="none"),
                             input_shape=SHAPE, progress=False)
     assert len(summary.results) == 1 and summary.results[0].new_kernels == summary.results[0].kernels
+    first = summary.results[0]                     # stored scaled to add up to the end-to-end time
+    overhead = Estimator("torch-cpu").profile.overhead_ms
+    assert first.scale * first.kernels_ms + overhead == pytest.approx(first.measured_ms, rel=1e-9)
+    assert f"stored x{first.scale:.3f}" in str(first)
     with pytest.raises(KernelTableError, match="profile 'onnxruntime-cpu' describes another device"):
         Estimator("onnxruntime-cpu", measured=summary.folder)
     with pytest.raises(StoreError, match="continue it with --statistic p10 --drift none"):
