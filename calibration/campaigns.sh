@@ -4,7 +4,8 @@
 # Keep the machine otherwise idle while the 2-thread campaign runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-calibrate() { annette-torch calibrate --out calibration/data "$@"; }
+# the stores predate the measuring protocol: continued with its median, no drift correction
+calibrate() { annette-torch calibrate --out calibration/data --statistic median --drift none "$@"; }
 
 # The full sweep grew by appended rows (context families, big fully connected layers,
 # small kernels, branch sums); rerunning it measures only what a store lacks.
@@ -15,6 +16,14 @@ calibrate --backend onnxruntime-cpu --sweep quick --threads 1
 calibrate --backend torch-cpu       --sweep quick --threads 1
 calibrate --backend onnxruntime-cpu --sweep full  --threads 1
 calibrate --backend torch-cpu       --sweep full  --threads 1
+# 2026-12-01: the transformer sweep, and the rows appended to full and quick (transformer
+# families, branch_sum with zero/half/conv1x1 edges)
+for backend in openvino-cpu onnxruntime-cpu torch-cpu; do
+    calibrate --backend "$backend" --sweep transformer --threads 1
+    calibrate --backend "$backend" --sweep full        --threads 1
+done
+calibrate --backend openvino-cpu    --sweep transformer --threads 2
+calibrate --backend openvino-cpu    --sweep quick       --threads 2
 # training passes (forward + backward per layer; optimizer steps timed into the store first)
 for sweep in training training-large training-stem; do
     calibrate --backend torch-cpu-train --sweep "$sweep" --threads 1 --warmup 2 --repeats 7
