@@ -358,3 +358,19 @@ def test_a_profile_remapped_or_adapted_to_eager_torch_frees_no_slices():
         rows = _slice_rows(_quiet_estimator(profile), graph)
         assert (rows["time_ms"] > 0).all()
     assert _slice_rows(_quiet_estimator(remapped(openvino, MAPPING_NAMES["source"])), graph)["time_ms"].eq(0).all()
+
+
+def test_an_identity_between_a_norm_and_its_activation_does_not_stop_fusion():
+    class BatchNormAct(nn.Module):          # timm's BatchNormAct2d: batch norm, drop (identity), act
+        def __init__(self):
+            super().__init__()
+            self.conv, self.bn = nn.Conv2d(8, 16, 3, padding=1), nn.BatchNorm2d(16)
+            self.drop, self.act = nn.Identity(), nn.ReLU6()
+
+        def forward(self, x):
+            return self.act(self.drop(self.bn(self.conv(x))))
+
+    plain = nn.Sequential(nn.Conv2d(8, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU6())
+    for model in (BatchNormAct(), plain):
+        table = Estimator("openvino-cpu").kernel_table(trace(model.eval(), input_shape=(1, 8, 16, 16)))
+        assert [kind for kind, free in zip(table.kinds, table.free) if not free] == ["conv"]

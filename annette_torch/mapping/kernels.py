@@ -17,9 +17,11 @@ its ops and weights are the sums over its layers, its inputs are what it reads f
 outside, its output is that of its last layer.
 
 Layers the target removes are free kernels and fuse with nothing; those that pass their
-input on unchanged (a slice of a whole tensor, ``x + 0``) are also looked through: their
+input on unchanged (a slice of a whole tensor, ``x + 0``, and on every target an identity
+or an inference-mode dropout, :data:`PASS_THROUGH`) are also looked through: their
 consumers fuse as if they read the layer before them (``sum(terms)``'s ``0 + terms[0]``
-keeps the residual add fusing into its conv).
+keeps the residual add fusing into its conv; timm's ``BatchNormAct2d`` puts an identity
+``drop`` between the batch norm and its activation, which the runtimes fuse into the conv).
 """
 from __future__ import annotations
 
@@ -117,12 +119,18 @@ def _groups(kinds: list[str]) -> dict[str, np.ndarray]:
     return {kind: np.array(idx, dtype=np.intp) for kind, idx in groups.items()}
 
 
+#: kinds that pass their one input on unchanged wherever they run
+PASS_THROUGH = frozenset({"identity", "dropout"})
+
+
 def _see_through(graph: LayerGraph, removed: frozenset[str]) -> tuple[dict[str, str], dict[str, list[str]]]:
-    """(source, children) of ``graph`` with the removed layers that pass their one input
-    on unchanged (:attr:`LayerGraph.identity_slices`, :attr:`LayerGraph.identity_arithmetic`)
-    taken out: ``source[name]`` is the layer whose output such a layer passes on, and a
-    layer's children are those that read its output directly or through such layers."""
-    passing = removed & (graph.identity_slices | graph.identity_arithmetic)
+    """(source, children) of ``graph`` with the layers that pass their one input on
+    unchanged taken out (removed ones, :attr:`LayerGraph.identity_slices` and
+    :attr:`LayerGraph.identity_arithmetic`, and :data:`PASS_THROUGH` kinds):
+    ``source[name]`` is the layer whose output such a layer passes on, and a layer's
+    children are those that read its output directly or through such layers."""
+    passing = (removed & (graph.identity_slices | graph.identity_arithmetic)) | \
+        {layer.name for layer in graph.layers if layer.kind in PASS_THROUGH and len(layer.parents) == 1}
     source: dict[str, str] = {}
     for layer in graph.layers:
         if layer.name in passing and layer.parents:
