@@ -160,10 +160,10 @@ def parse_args() -> argparse.Namespace:
 
 def print_front(front: list[optuna.trial.FrozenTrial], space: MobileNetV2Space, proxy: str) -> None:
     print(f"\nPareto front: {len(front)} networks (stages 2-7 as k<kernel>e<expansion>w<width>d<depth>):")
-    print(f"{'#':>2}{'trial':>7}{'est ms':>9}{proxy:>10}{'MOPs':>9}{'M weights':>11}  architecture")
+    print(f"{'#':>2}{'trial':>7}{'est ms':>9}{proxy + ' score':>14}{'MOPs':>9}{'M weights':>11}  architecture")
     for rank, trial in enumerate(front, 1):
         score, ms = trial.values
-        print(f"{rank:>2}{trial.number:>7}{ms:>9.3f}{score:>10.2f}{trial.user_attrs['mops']:>9.1f}"
+        print(f"{rank:>2}{trial.number:>7}{ms:>9.3f}{score:>14.2f}{trial.user_attrs['mops']:>9.1f}"
               f"{trial.user_attrs['mweights']:>11.3f}  {arch_text(arch_of(trial.params, space))}")
 
 
