@@ -30,3 +30,9 @@ def test_import_and_estimator_load_no_runtime_scipy_sklearn_or_pandas():
 def test_the_command_line_parser_loads_no_runtime():
     loaded = modules_after("from annette_torch.cli import build_parser\nbuild_parser()")
     assert not loaded & {"openvino", "onnxruntime", "scipy", "sklearn", "ray"}, sorted(loaded)
+
+
+def test_the_nn_meter_adapter_loads_no_runtime_until_an_onnx_model_is_predicted():
+    loaded = modules_after("from annette_torch.integrations.nn_meter import load_latency_predictor\n"
+                           "load_latency_predictor('openvino-cpu')")
+    assert not loaded & set(HEAVY), f"imported: {sorted(loaded & set(HEAVY))}"
