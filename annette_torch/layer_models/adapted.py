@@ -45,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from .base import LayerModel
+from .base import WrappedLayerModel
 
 PARAMETERS = ("compute_scale", "memory_scale", "exponent", "per_kernel_ms")
 METHODS = ("few-shot", "descriptor")
@@ -172,19 +172,11 @@ def mapping_label(fusion: str, optimizes_graph: bool | None) -> str:
 
 
 @dataclass
-class AdaptedKernels(LayerModel):
+class AdaptedKernels(WrappedLayerModel):
     """``inner``'s kernel times corrected by ``adaptation`` (see the module docstring)."""
 
-    inner: LayerModel
     adaptation: Adaptation
-
-    @property
-    def type_name(self) -> str:     # what answered: the wrapped model's type
-        return self.inner.type_name
 
     def predict(self, features: Any, xp: Any = np) -> tuple[Any, Any]:
         seconds, compute = self.inner.predict(features, xp)
         return self.adaptation.kernel_ms(seconds * 1e3, compute, xp) / 1e3, compute
-
-    def bytes_moved(self, features: Any) -> Any:
-        return self.inner.bytes_moved(features)

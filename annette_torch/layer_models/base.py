@@ -8,6 +8,7 @@ be differentiated.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
@@ -46,6 +47,22 @@ class LayerModel:
     @classmethod
     def from_dict(cls, data: dict) -> LayerModel:
         raise NotImplementedError
+
+
+
+@dataclass
+class WrappedLayerModel(LayerModel):
+    """A layer model that corrects ``inner``'s times (an adaptation, a prior's correction):
+    it answers as ``inner``'s type and moves the bytes ``inner`` moves."""
+
+    inner: LayerModel
+
+    @property
+    def type_name(self) -> str:     # what answered: the wrapped model's type
+        return self.inner.type_name
+
+    def bytes_moved(self, features: Any) -> Any:
+        return self.inner.bytes_moved(features)
 
 
 def layer_model_from_dict(type_name: str, data: dict, where: str = "layer model") -> LayerModel:

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from .base import LayerModel
+from .base import WrappedLayerModel
 from .regressors import LinearRegressor, regression_inputs, regressor_from_dict
 
 
@@ -127,21 +127,13 @@ class PriorCorrection:
 
 
 @dataclass
-class CorrectedKernels(LayerModel):
+class CorrectedKernels(WrappedLayerModel):
     """``inner``'s kernel times times the factor of ``correction`` (see the module docstring)."""
 
-    inner: LayerModel
     correction: KindCorrection
-
-    @property
-    def type_name(self) -> str:     # what answered: the wrapped model's type
-        return self.inner.type_name
 
     def predict(self, features: Any, xp: Any = np) -> tuple[Any, Any]:
         seconds, compute = self.inner.predict(features, xp)
         log = self.correction.log_factor(features, xp)
         factor = math.exp(log) if isinstance(log, float) else xp.exp(log)
         return seconds * factor, compute
-
-    def bytes_moved(self, features: Any) -> Any:
-        return self.inner.bytes_moved(features)
