@@ -254,6 +254,7 @@ class Backend:
     benchmark_timeout_s: ClassVar[float] = 120.0          # a calibration benchmark taking longer has hung
     optimizes_graph: ClassVar[bool] = True                # its compiler folds constants, merges repeats
     removes_identity_slices: ClassVar[bool] = False       # it runs nothing for a slice of its whole input
+    merges_elementwise: ClassVar[bool] = False            # connected elementwise layers run as one kernel
     fuses_layers: ClassVar[bool] = True                   # its compiler fuses layers (conv+bn+relu, ...)
     trains: ClassVar[bool] = False                        # it times training passes, not inferences
 

@@ -29,6 +29,9 @@ class OpenVinoCpu(OnnxBackend):
     # OpenVINO 2026.4's runtime model has no StridedSlice for a Slice that selects its whole
     # input (GhostNet's cat(...)[:, :out_chs]); one selecting part of it runs as a copy (ref)
     removes_identity_slices = True
+    # its Snippets compile connected elementwise ops into one "Subgraph" kernel, whatever
+    # their consumers (NAS-Bench-201's x * 0 edges and the sums between cells)
+    merges_elementwise = True
 
     def runtime_version(self) -> str:
         import openvino as ov  # imported on use: importing annette_torch loads no runtime

@@ -14,7 +14,9 @@ Multi-layer families (the paper's Fig. 4 chains, to learn what the target fuses)
 Context families (layers as real networks hold them, read from a conv's output):
 ``conv_pool`` (overlapping pools), ``squeeze_excite``, ``dense_layer`` (concat and
 pre-activation BN-ReLU), ``attention`` (ViT), ``window_attention`` (Swin),
-``branch_sum`` (a NAS cell's node summing pool and skip branches).
+``branch_sum`` (a NAS cell's node summing pool and skip branches), ``inverted_residual``
+(MobileNetV2's block after a conv: its depthwise conv reads a blocked conv output, as in
+a network, not the network's input).
 Transformer blocks as timm and HuggingFace write them: ``sdpa`` (timm's attention around
 ``F.scaled_dot_product_attention``; plain, causal, masked, rotary), ``decoder_attention``
 (prefill of ``h`` tokens, or decode of one over a cache of ``h`` given as inputs: the
@@ -121,7 +123,7 @@ def resolve_params(spec: BenchmarkSpec) -> dict[str, Any]:
     if missing:
         raise ValueError(f"family {spec.family!r} needs {', '.join(missing)}")
     for p, v in params.items():
-        if p in ("n", "h", "w", "c", "f", "k", "stride", "pool") and not (isinstance(v, int) and v >= 1):
+        if p in ("n", "h", "w", "c", "f", "k", "stride", "pool") and v is not None and not (isinstance(v, int) and v >= 1):
             raise ValueError(f"family {spec.family!r}: {p} must be a positive int, got {v!r}")
     return params
 
@@ -766,3 +768,56 @@ def branch_sum(p: dict[str, Any]) -> tuple[nn.Module, tuple[int, ...]]:
         raise ValueError(f"branch_sum op must be 2+ of {'/'.join(BRANCHES)} joined by '+', optionally '-relu'; "
                          f"got {p['op']!r}")
     return _BranchSum(p["c"], branches, act == "relu"), (p["n"], p["c"], p["h"], p["w"])
+
+
+class _InvertedResidual(nn.Module):
+    """A 1x1 stem conv (so the block reads a conv's output, as in a network), then
+    MobileNetV2's inverted residual: expand 1x1-bn-act, depthwise kxk-bn-act, project
+    1x1-bn, plus the block's input when the shapes allow it."""
+
+    def __init__(self, c: int, f: int, k: int, stride: int, expansion: int, act: str) -> None:
+        super().__init__()
+        hidden = c * expansion
+        self.stem = nn.Conv2d(c, c, 1, bias=False)
+        self.expand = nn.Conv2d(c, hidden, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(hidden)
+        self.act1 = _activation(act)
+        self.dwconv = nn.Conv2d(hidden, hidden, k, stride, k // 2, groups=hidden, bias=False)
+        self.bn2 = nn.BatchNorm2d(hidden)
+        self.act2 = _activation(act)
+        self.project = nn.Conv2d(hidden, f, 1, bias=False)
+        self.bn3 = nn.BatchNorm2d(f)
+        self.add = Eltwise("add") if stride == 1 and f == c else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.stem(x)
+        y = self.bn3(self.project(self.act2(self.bn2(self.dwconv(self.act1(self.bn1(self.expand(x))))))))
+        return self.add(y, x) if self.add is not None else y
+
+
+def _expansion_act(op: str) -> tuple[int, str]:
+    """``e<expansion>-<activation>`` (``e6-relu6``) -> (6, ``relu6``)."""
+    expansion, _, act = op.partition("-")
+    if not (expansion[:1] == "e" and expansion[1:].isdigit() and int(expansion[1:]) >= 1) or act not in ACTIVATIONS:
+        raise ValueError(f"inverted_residual op must be e<expansion>-<activation>, e.g. e6-relu6; got {op!r}")
+    return int(expansion[1:]), act
+
+
+def _inverted_residual_size(p: dict[str, Any]) -> tuple[float, float]:
+    expansion, _ = _expansion_act(p["op"])
+    f = p.get("f") or p["c"]
+    hidden, out = p["c"] * expansion, _out(p["h"], p["k"], p["stride"]) * _out(p["w"], p["k"], p["stride"])
+    pixels = p["h"] * p["w"]
+    ops = 2.0 * p["n"] * (p["c"] * p["c"] * pixels + p["c"] * hidden * pixels + hidden * p["k"] ** 2 * out
+                          + hidden * f * out)
+    return ops, float(p["n"] * hidden * pixels)
+
+
+@family("inverted_residual", ("h", "w", "c", "k", "op"), {"stride": 1, "f": None}, _inverted_residual_size)
+def inverted_residual(p: dict[str, Any]) -> tuple[nn.Module, tuple[int, ...]]:
+    """MobileNetV2's block in context (:class:`_InvertedResidual`): ``op`` is
+    ``e<expansion>-<activation>`` (``e6-relu6``, ``e4-hardswish``), ``f`` the output
+    channels (default ``c``, with the residual add at stride 1), ``k`` the depthwise kernel."""
+    expansion, act = _expansion_act(p["op"])
+    return (_InvertedResidual(p["c"], p["f"] or p["c"], p["k"], p["stride"], expansion, act),
+            (p["n"], p["c"], p["h"], p["w"]))

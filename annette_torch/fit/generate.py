@@ -113,7 +113,8 @@ def _selected(data: StoreData, train: set[str], min_time_ms: float, max_spread: 
     rules, decisions = learn_rules(data, train)
     fitted = data.networks.index.isin(train)
     gap = fit_gap(*(data.networks[c].to_numpy()[fitted] for c in ("time_ms", "layers_sum_ms", "kernels")))
-    table = kernel_table(data, rules, _backend_flag(data, "optimizes_graph"), _backend_flag(data, "trains"))
+    table = kernel_table(data, rules, _backend_flag(data, "optimizes_graph"), _backend_flag(data, "trains"),
+                         merge_elementwise=_backend_flag(data, "merges_elementwise"))
     keep = (table["measured"] & table["agrees"] & (table["time_ms"] >= min_time_ms)
             & ~(table["spread"] > max_spread))
     kernels = table[keep].assign(train=lambda t: t["benchmark"].isin(train))
@@ -206,6 +207,7 @@ def _profile(name: str, data: StoreData, fitted: _Pass, fit_metrics: dict, notes
         overhead_ms=fitted.gap.overhead_ms, kernel_overhead_ms=fitted.gap.kernel_ms, weight_bandwidth_bytes_s=fitted.weight_bandwidth[0],
         fused_cost_s_per_elem=fitted.fused_costs[0], optimizes_graph=_backend_flag(data, "optimizes_graph"),
         removes_identity_slices=_backend_flag(data, "removes_identity_slices"),
+        merges_elementwise=_backend_flag(data, "merges_elementwise"),
         training=training, description=(f"fitted on {len(data.networks)} benchmarks of {fp.get('backend')} {fp.get('runtime_version')}, "
                      f"{fp.get('threads')} thread(s), {fp.get('precision')}"),
         fit_metrics=fit_metrics, notes=notes, ranges=ranges)

@@ -168,7 +168,7 @@ def _samples(data: StoreData, prior: Profile, rules: tuple[FusionRule, ...], min
     """The correction's samples (module doc, step 2)."""
     _, folds = _effective_rules(prior)
     training = prior.training is not None
-    table = kernel_table(data, rules, folds, training, prior.counting)
+    table = kernel_table(data, rules, folds, training, prior.counting, prior.merges_elementwise)
     keep = (table["measured"] & table["agrees"] & (table["time_ms"] >= min_time_ms)
             & ~(table["spread"] > max_spread))
     requests = [None, *prior.layer_models]

@@ -110,11 +110,13 @@ def layer_groups(layers: pd.DataFrame) -> dict[tuple[str, str], str]:
 
 
 def kernel_table(data: StoreData, rules: tuple[FusionRule, ...], optimize_graph: bool = False,
-                 training: bool = False, counting: Counting | None = None) -> pd.DataFrame:
+                 training: bool = False, counting: Counting | None = None,
+                 merge_elementwise: bool = False) -> pd.DataFrame:
     """One row per non-free kernel of every benchmark under ``rules``: benchmark, family,
     kernel (primary layer), kind, layers (``+``-joined), time_ms, spread (the primary's),
     measured (the primary was executed), agrees (see module doc; with ``optimize_graph``
-    the benchmarks are mapped as :func:`map_kernels` does for a graph compiler), reads_input (the kernel
+    the benchmarks are mapped as :func:`map_kernels` does for a graph compiler, and with
+    ``merge_elementwise`` for one that merges elementwise subgraphs), reads_input (the kernel
     reads the network's input, not another kernel's output), fused_kinds (the kinds of its
     layers after the primary, ``+``-joined), then :data:`FEATURES` (counted as ``counting``
     says, default annette_torch's counts). Per benchmark, the rows are its
@@ -132,7 +134,8 @@ def kernel_table(data: StoreData, rules: tuple[FusionRule, ...], optimize_graph:
 
     rows, features = [], []
     for benchmark, graph in data.graphs.items():
-        table = map_kernels(graph, rules, optimize_graph, True if training else None, counting)   # benchmark inputs require grad
+        table = map_kernels(graph, rules, optimize_graph, True if training else None, counting,   # benchmark inputs require grad
+                            merge_elementwise=merge_elementwise)
         family = data.networks.at[benchmark, "family"]
         for k in np.flatnonzero(~table.free):
             members = table.layers[k]

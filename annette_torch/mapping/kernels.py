@@ -22,6 +22,13 @@ or an inference-mode dropout, :data:`PASS_THROUGH`) are also looked through: the
 consumers fuse as if they read the layer before them (``sum(terms)``'s ``0 + terms[0]``
 keeps the residual add fusing into its conv; timm's ``BatchNormAct2d`` puts an identity
 ``drop`` between the batch norm and its activation, which the runtimes fuse into the conv).
+
+A target that compiles connected elementwise layers into one kernel whatever their
+consumers (OpenVINO's Snippets "Subgraph"; ``merge_elementwise``) gets a second pass:
+kernels made only of :data:`ELEMENTWISE_KINDS` layers that read one another are merged
+into one kernel of kind :data:`ELEMENTWISE_SUBGRAPH`, which reads each outside tensor
+once and writes the tensors read outside it (NAS-Bench-201's ``x * 0`` edges and branch
+sums between cells: one pass over memory, not one per op).
 """
 from __future__ import annotations
 
@@ -56,6 +63,12 @@ class KernelTable:
 
 NO_INPUT_GRAD = ":no-input-grad"   # kind suffix of a training kernel whose inputs need no gradient
 
+#: layer kinds a ``merge_elementwise`` target compiles into one kernel when they read one another
+ELEMENTWISE_KINDS = frozenset({"add", "sub", "mul", "div", "relu", "relu6", "clamp", "leaky_relu", "silu",
+                               "hardswish", "hardsigmoid", "sigmoid", "gelu", "tanh", "mish", "unary"})
+#: the kind of a kernel that merged several elementwise kernels
+ELEMENTWISE_SUBGRAPH = "eltwise_subgraph"
+
 
 def removed_layers(graph: LayerGraph, optimize_graph: bool = False, remove_dead: bool | None = None,
                    remove_identity_slices: bool = False) -> frozenset[str]:
@@ -71,20 +84,24 @@ def removed_layers(graph: LayerGraph, optimize_graph: bool = False, remove_dead:
 
 def map_kernels(graph: LayerGraph, rules: tuple[FusionRule, ...], optimize_graph: bool = False,
                 input_requires_grad: bool | None = None, counting: Counting | None = None,
-                remove_dead: bool | None = None, remove_identity_slices: bool = False) -> KernelTable:
+                remove_dead: bool | None = None, remove_identity_slices: bool = False,
+                merge_elementwise: bool = False) -> KernelTable:
     """Kernel table of ``graph`` under ``rules``, its layers counted as ``counting`` says
     (:mod:`.counting`; default: annette_torch's counts); the layers the target's compiler
     removes (:func:`removed_layers` of ``optimize_graph``, ``remove_dead`` and
-    ``remove_identity_slices``) are free kernels. For a training pass, ``input_requires_grad``
+    ``remove_identity_slices``) are free kernels; with ``merge_elementwise`` connected
+    elementwise kernels merge into one (see the module doc). For a training pass, ``input_requires_grad``
     says whether the network input requires grad (a data batch does not; a calibration
     benchmark's input does): a kernel with weights whose inputs need no gradient (the
     first conv of a network, or one after ``detach``) computes only its weights'
     gradients, so its kind gets the suffix :data:`NO_INPUT_GRAD`. Cached on the graph."""
-    key = ("kernels", rules, optimize_graph, input_requires_grad, counting, remove_dead, remove_identity_slices)
+    key = ("kernels", rules, optimize_graph, input_requires_grad, counting, remove_dead, remove_identity_slices,
+           merge_elementwise)
     cached = graph._cache.get(key)
     if cached is None:
         feats = graph.features if counting is None else counting.features(graph)
-        cached = _map(graph, rules, removed_layers(graph, optimize_graph, remove_dead, remove_identity_slices), feats)
+        cached = _map(graph, rules, removed_layers(graph, optimize_graph, remove_dead, remove_identity_slices), feats,
+                      merge_elementwise)
         if input_requires_grad is not None:
             cached = _mark_no_input_grad(graph, cached, input_requires_grad)
         graph._cache[key] = cached
@@ -145,7 +162,8 @@ def _see_through(graph: LayerGraph, removed: frozenset[str]) -> tuple[dict[str, 
     return source, children
 
 
-def _map(graph: LayerGraph, rules: tuple[FusionRule, ...], folded: frozenset[str], feats: np.ndarray) -> KernelTable:
+def _map(graph: LayerGraph, rules: tuple[FusionRule, ...], folded: frozenset[str], feats: np.ndarray,
+         merge_elementwise: bool = False) -> KernelTable:
     by_pair: dict[tuple[str, str], list[FusionRule]] = {}
     for rule in rules:
         by_pair.setdefault((rule.primary, rule.secondary), []).append(rule)
@@ -193,6 +211,9 @@ def _map(graph: LayerGraph, rules: tuple[FusionRule, ...], folded: frozenset[str
         fusion[target] = "possibly-fused" if multi_input or fusion[target] == "possibly-fused" else "fused"
         kernel_of[layer.name] = target
 
+    if merge_elementwise:
+        members, kinds, fusion, rows = _merge_elementwise(graph, children, source, returned, folded, feats,
+                                                          kernel_of, members, kinds, fusion, rows)
     names = [graph.layers[m[0]].name for m in members]
     free = np.array([len(m) == 1 and (graph.layers[m[0]].free or graph.layers[m[0]].name in folded)
                      for m in members], dtype=bool)
@@ -204,3 +225,76 @@ def _map(graph: LayerGraph, rules: tuple[FusionRule, ...], folded: frozenset[str
         features=np.array(rows, dtype=np.float64).reshape(len(rows), len(FEATURES)),
         groups=_groups(kinds),
     )
+
+
+def _merge_elementwise(graph: LayerGraph, children: dict[str, list[str]], source: dict[str, str],
+                       returned: frozenset[str], folded: frozenset[str], feats: np.ndarray,
+                       kernel_of: dict[str, int], members: list[list[int]], kinds: list[str],
+                       fusion: list[str], rows: list[np.ndarray]):
+    """(members, kinds, fusion, rows) with every set of elementwise-only kernels that read
+    one another's outputs at their own size (a broadcast, such as squeeze-excite's gate, is
+    not merged: OpenVINO runs it apart) merged into one :data:`ELEMENTWISE_SUBGRAPH` kernel (listed where its first
+    layer ran). Its ops and weights are the sums over its layers; its inputs the outputs of
+    the distinct layers outside it that it reads (the network input, for a layer with no
+    parents); its output the outputs of its layers read outside it or returned."""
+    def mergeable(k: int) -> bool:
+        layers = [graph.layers[i] for i in members[k]]
+        return all(layer.kind in ELEMENTWISE_KINDS and not layer.free and layer.name not in folded
+                   for layer in layers)
+
+    parent = list(range(len(members)))
+
+    def find(k: int) -> int:
+        while parent[k] != k:
+            parent[k] = parent[parent[k]]
+            k = parent[k]
+        return k
+
+    ok = [mergeable(k) for k in range(len(members))]
+    for k, layer_ids in enumerate(members):
+        if not ok[k]:
+            continue
+        for i in layer_ids:
+            for child in children[graph.layers[i].name]:
+                c = kernel_of[child]
+                if c != k and ok[c] and feats[graph.index[child], _OUT] == feats[i, _OUT]:   # no broadcast
+                    parent[max(find(k), find(c))] = min(find(k), find(c))
+    roots: dict[int, list[int]] = {}
+    for k in range(len(members)):
+        roots.setdefault(find(k), []).append(k)
+    if all(len(group) == 1 for group in roots.values()):
+        return members, kinds, fusion, rows
+
+    new_members, new_kinds, new_fusion, new_rows = [], [], [], []
+    for root in sorted(roots):
+        group = roots[root]
+        if len(group) == 1:
+            new_members.append(members[root])
+            new_kinds.append(kinds[root])
+            new_fusion.append(fusion[root])
+            new_rows.append(rows[root])
+            continue
+        ids = sorted(i for k in group for i in members[k])
+        inside = {graph.layers[i].name for i in ids}
+        row = rows[root].copy()
+        row[_OPS] = sum(rows[k][_OPS] for k in group)
+        row[_W] = sum(rows[k][_W] for k in group)
+        read: dict[str, float] = {}
+        for i in ids:
+            layer = graph.layers[i]
+            if not layer.parents:
+                read[""] = feats[i, _IN]
+            for p in layer.parents:
+                p = source.get(p, p)
+                if p not in inside:
+                    read[p] = feats[graph.index[p], _OUT]
+        row[_IN] = sum(read.values())
+        written = [feats[i, _OUT] for i in ids
+                   if graph.layers[i].name in returned
+                   or any(child not in inside for child in children[graph.layers[i].name])]
+        row[_OUT] = sum(written) if written else feats[ids[-1], _OUT]
+        new_members.append(ids)
+        new_kinds.append(ELEMENTWISE_SUBGRAPH)
+        new_fusion.append("fused")
+        new_rows.append(row)
+    return new_members, new_kinds, new_fusion, new_rows

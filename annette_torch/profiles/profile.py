@@ -28,6 +28,9 @@ when the profile has tree ensembles, their arrays in a numpy ``.npz`` file besid
       "removes_identity_slices": true,          # slices selecting their whole input are free
                                                 # (optional, default false; OpenVINO removes them,
                                                 # ONNX Runtime runs them; LayerGraph.identity_slices)
+      "merges_elementwise": true,               # connected elementwise layers run as one kernel
+                                                # (optional, default false; OpenVINO's Snippets;
+                                                # mapping.kernels)
       "mapping": [{"primary": "conv", "secondary": "relu", "result": "conv",
                    "condition": [{"layer": "secondary", "attr": "kernel_size",
                                   "op": "==", "value": 2}]}, ...],
@@ -135,6 +138,7 @@ class Profile:
     optimizes_graph: bool = False
     removes_dead_code: bool | None = None   # None: as optimizes_graph
     removes_identity_slices: bool = False
+    merges_elementwise: bool = False
     training: dict[str, Any] | None = None
     description: str = ""
     fit_metrics: dict[str, Any] = field(default_factory=dict)
@@ -179,6 +183,7 @@ class Profile:
             "optimizes_graph": self.optimizes_graph,
             **({"removes_dead_code": self.removes_dead_code} if self.removes_dead_code is not None else {}),
             **({"removes_identity_slices": True} if self.removes_identity_slices else {}),
+            **({"merges_elementwise": True} if self.merges_elementwise else {}),
             **({"training": self.training} if self.training is not None else {}),
             "mapping": [r.to_dict() for r in self.mapping],
             **({"counting": self.counting.to_dict()} if self.counting is not None else {}),
@@ -292,6 +297,7 @@ class Profile:
         dead = data.get("removes_dead_code")
         dead = None if dead is None else boolean(dead, "field 'removes_dead_code'")
         identity_slices = boolean(data.get("removes_identity_slices", False), "field 'removes_identity_slices'")
+        merges = boolean(data.get("merges_elementwise", False), "field 'merges_elementwise'")
         fused_costs = data.get("fused_cost_s_per_elem") or {}
         if not isinstance(fused_costs, dict):
             raise fail("fused_cost_s_per_elem", f"expected an object of layer kind -> seconds >= 0, got {fused_costs!r}")
@@ -312,7 +318,7 @@ class Profile:
                    kernel_overhead_ms=per_kernel, weight_bandwidth_bytes_s=bandwidth,
                    fused_cost_s_per_elem={str(k): v for k, v in fused_costs.items()},
                    optimizes_graph=folds, removes_dead_code=dead, removes_identity_slices=identity_slices,
-                   training=training, description=data.get("description") or "",
+                   merges_elementwise=merges, training=training, description=data.get("description") or "",
                    fit_metrics=dict(data.get("fit_metrics") or {}), notes=list(data.get("notes") or []),
                    source=source, adaptation=adaptation, correction=correction, counting=counting, ranges=ranges)
 
