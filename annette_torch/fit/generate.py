@@ -17,10 +17,11 @@ Steps (each in its own module):
    ``1 / (0.05 + spread)``;
 5. per kernel kind with ``min_rows`` kernels or more, fit the four model types
    (:mod:`.kinds`); a ``default`` roofline answers the other kinds. Kinds that are not
-   products (pools, concats, activations, norms) are fitted on the kernels that read
-   another kernel's output when there are ``min_rows`` of them: inside a network such a
-   layer reads what a conv wrote, in the layout the conv wrote it (OpenVINO's blocked
-   channels), not the plain layout of a network input;
+   products (pools, concats, activations, norms), and depthwise convs, are fitted on the
+   kernels that read another kernel's output when there are ``min_rows`` of them: inside
+   a network such a layer reads what a conv wrote, in the layout the conv wrote it
+   (OpenVINO's blocked channels), not the plain layout of a network input (a depthwise
+   conv reading the input ran ~1.5x slower there);
 6. kinds are fitted on their plain kernels (nothing fused, or only batch norms folded
    into the weights), and each kind's entries record the range of kernel features they
    were fitted on (:mod:`.ranges`); the kernels with fused layers then give each fused
@@ -97,6 +98,10 @@ class _Pass:
     fused_costs: tuple[dict[str, float], dict]
 
 
+#: product kinds that networks almost never run on their input: fitted in context too (step 5)
+CONTEXT_PRODUCTS = frozenset({"depthwise_conv"})
+
+
 def _weights(table: pd.DataFrame) -> np.ndarray:
     return 1.0 / (0.05 + table["spread"].fillna(0.05).to_numpy())
 
@@ -118,9 +123,9 @@ def _selected(data: StoreData, train: set[str], min_time_ms: float, max_spread: 
     keep = (table["measured"] & table["agrees"] & (table["time_ms"] >= min_time_ms)
             & ~(table["spread"] > max_spread))
     kernels = table[keep].assign(train=lambda t: t["benchmark"].isin(train))
-    # see the module doc, step 5: layers other than products are fitted (and scored) in context
+    # see the module doc, step 5: layers other than products, and depthwise convs, are fitted (and scored) in context
     context_kinds = {kind for kind, group in kernels[kernels["train"]].groupby("kind")
-                     if kind not in PRODUCT_KINDS and (~group["reads_input"]).sum() >= min_rows}
+                     if (kind not in PRODUCT_KINDS or kind in CONTEXT_PRODUCTS) and (~group["reads_input"]).sum() >= min_rows}
     return rules, decisions, gap, kernels[~(kernels["kind"].isin(context_kinds) & kernels["reads_input"])]
 
 

@@ -2,7 +2,8 @@
 
 * linear: ops = 2 * rows * in_features * out_features (rows = all leading dims).
 * matmul (``@``, matmul, mm, bmm, addmm, baddbmm): ops = 2 * batch * M * K * N with
-  broadcasting over batch dims; the addition in addmm/baddbmm is not counted.
+  broadcasting over batch dims; the addition in addmm/baddbmm is not counted. A matmul of
+  an activation by a weight is recorded as a ``linear`` layer (its counts stay these).
 * einsum: the operands are contracted pairwise from left to right, as torch does (indices
   only one operand has and nothing later needs are summed out first, for free); each
   pair costs 2 * product of the sizes of its indices when it sums over one (a batched
@@ -106,6 +107,12 @@ class MatMul(LayerKind):
     def _operands(in_shapes):
         # addmm/baddbmm take (bias, a, b): the last two are the matrix operands.
         return in_shapes[-2], in_shapes[-1]
+
+    def resolve_operands(self, attrs, is_weight):
+        """``linear`` when the right operand is a weight and the left one is not: HF GPT-2's
+        ``Conv1D`` (``addmm(bias, x, weight)``), which exporters write as a Gemm and the
+        runtimes run as a fully connected layer."""
+        return "linear" if len(is_weight) >= 2 and is_weight[-1] and not is_weight[-2] else self.name
 
     def count_ops(self, attrs, in_shapes, out_shapes):
         batch, m, k, n = _matmul_mkn(*self._operands(in_shapes))

@@ -59,10 +59,23 @@ class LayerNorm(SameShapeKind):
 
 @register_kind
 class RMSNorm(LayerNorm):
+    """torch's RMSNorm, and HuggingFace's (``LlamaRMSNorm``, ``MistralRMSNorm``,
+    ``Qwen2RMSNorm``, T5's ``T5LayerNorm``: ``weight * x * rsqrt(mean(x^2) + eps)``, one
+    1-D weight), which the graph compilers fuse into one kernel as they do torch's."""
     name = "rms_norm"
     modules = (nn.RMSNorm,)
+    module_names = ("RMSNorm", "T5LayerNorm")
     ops = ("rms_norm",)
     onnx_ops = ("RMSNormalization",)
+
+    def claims(self, module):
+        weight = getattr(module, "weight", None)
+        return (isinstance(weight, nn.Parameter) and weight.dim() == 1
+                and any(hasattr(module, eps) for eps in ("variance_epsilon", "eps")))
+
+    def attrs_from_module(self, module):
+        shape = getattr(module, "normalized_shape", None)
+        return {"normalized_shape": tuple(shape) if shape is not None else tuple(module.weight.shape)}
 
     def count_ops(self, attrs, in_shapes, out_shapes):
         return 4.0 * numel(out_shapes[0])

@@ -72,8 +72,15 @@ class LayerKind:
     modules: ClassVar[tuple[type, ...]] = ()
     ops: ClassVar[tuple[str, ...]] = ()
     onnx_ops: ClassVar[tuple[str, ...]] = ()
+    #: endings of other libraries' class names for this layer (see :meth:`claims`)
+    module_names: ClassVar[tuple[str, ...]] = ()
     #: A free layer costs nothing at run time (identity, dropout, views).
     free: ClassVar[bool] = False
+
+    def claims(self, module: Any) -> bool:
+        """Whether a module whose class name ends in one of :attr:`module_names` is this
+        layer (it has the attributes the kind reads); by default no."""
+        return False
 
     def attrs_from_module(self, module: Any) -> dict[str, Any]:
         return {}
@@ -84,6 +91,11 @@ class LayerKind:
     def resolve(self, attrs: dict[str, Any]) -> str:
         """The kind name to record; a kind may specialise itself (conv -> depthwise_conv)."""
         return self.name
+
+    def resolve_operands(self, attrs: dict[str, Any], is_weight: Sequence[bool]) -> str:
+        """The kind name to record given which tensor operands are weights (parameters or
+        constants); by default :meth:`resolve`."""
+        return self.resolve(attrs)
 
     def count_ops(self, attrs: dict, in_shapes: list[Shape], out_shapes: list[Shape]) -> float:
         """Operations of the layer; elementwise kinds default to one per output element."""
@@ -180,11 +192,17 @@ def alias_kind(name: str, of: type[LayerKind]) -> None:
 def kind_for_module(module: Any) -> LayerKind | None:
     """The kind of a module of a registered class, or of a subclass that keeps its
     ``forward`` (a subclass with its own forward, like torchvision's LayerNorm2d, is
-    traced into instead)."""
+    traced into instead); else of a class another library writes the same layer with,
+    known by its name (a kind's ``module_names``: HuggingFace's ``LlamaRMSNorm``) when
+    :meth:`LayerKind.claims` it."""
     for klass in type(module).__mro__:
         kind = _BY_MODULE.get(klass)
         if kind is not None:
             return kind if type(module).forward is klass.forward else None
+    name = type(module).__name__
+    for kind in KINDS.values():
+        if any(name.endswith(suffix) for suffix in kind.module_names) and kind.claims(module):
+            return kind
     return None
 
 

@@ -233,16 +233,19 @@ def _merge_elementwise(graph: LayerGraph, children: dict[str, list[str]], source
                        fusion: list[str], rows: list[np.ndarray]):
     """(members, kinds, fusion, rows) with every set of elementwise-only kernels that read
     one another's outputs at their own size (a broadcast, such as squeeze-excite's gate, is
-    not merged: OpenVINO runs it apart) merged into one :data:`ELEMENTWISE_SUBGRAPH` kernel (listed where its first
-    layer ran). Its ops and weights are the sums over its layers; its inputs the outputs of
-    the distinct layers outside it that it reads (the network input, for a layer with no
-    parents); its output the outputs of its layers read outside it or returned."""
+    not merged: OpenVINO runs it apart) merged into one :data:`ELEMENTWISE_SUBGRAPH` kernel
+    (listed where its first layer ran), unless the merged kernel would wait for a kernel
+    that waits for it. Its ops and weights are the sums over its layers; its inputs the
+    outputs of the distinct layers outside it that it reads (the network input, for a
+    layer with no parents); its output the outputs of its layers read outside it or
+    returned."""
     def mergeable(k: int) -> bool:
         layers = [graph.layers[i] for i in members[k]]
         return all(layer.kind in ELEMENTWISE_KINDS and not layer.free and layer.name not in folded
                    for layer in layers)
 
     parent = list(range(len(members)))
+    layers_of = {k: list(ids) for k, ids in enumerate(members)}
 
     def find(k: int) -> int:
         while parent[k] != k:
@@ -250,15 +253,38 @@ def _merge_elementwise(graph: LayerGraph, children: dict[str, list[str]], source
             k = parent[k]
         return k
 
+    def reaches(src: int, dst: int) -> bool:
+        """Whether a path leaves group ``src`` and enters group ``dst`` through another
+        kernel (merging them would then make a kernel that waits for itself)."""
+        limit = max(layers_of[dst])
+        stack = [child for i in layers_of[src] for child in children[graph.layers[i].name]
+                 if find(kernel_of[child]) not in (src, dst)]
+        seen: set[str] = set()
+        while stack:
+            name = stack.pop()
+            if name in seen:
+                continue
+            seen.add(name)
+            if find(kernel_of[name]) == dst:
+                return True
+            if graph.index[name] < limit:
+                stack.extend(children[name])
+        return False
+
     ok = [mergeable(k) for k in range(len(members))]
-    for k, layer_ids in enumerate(members):
+    for k in range(len(members)):
         if not ok[k]:
             continue
-        for i in layer_ids:
+        for i in members[k]:
             for child in children[graph.layers[i].name]:
                 c = kernel_of[child]
-                if c != k and ok[c] and feats[graph.index[child], _OUT] == feats[i, _OUT]:   # no broadcast
-                    parent[max(find(k), find(c))] = min(find(k), find(c))
+                if not ok[c] or feats[graph.index[child], _OUT] != feats[i, _OUT]:   # a broadcast runs apart
+                    continue
+                a, b = find(k), find(c)
+                if a != b and not reaches(a, b) and not reaches(b, a):
+                    low, high = min(a, b), max(a, b)
+                    parent[high] = low
+                    layers_of[low] += layers_of.pop(high)
     roots: dict[int, list[int]] = {}
     for k in range(len(members)):
         roots.setdefault(find(k), []).append(k)

@@ -95,7 +95,7 @@ from ..layer_models import LAYER_MODELS, LayerModel, layer_model_from_dict
 from ..layer_models.adapted import Adaptation
 from ..layer_models.corrected import PriorCorrection
 from ..kinds import FEATURES
-from ..mapping import Counting, FusionRule
+from ..mapping import ELEMENTWISE_SUBGRAPH, Counting, FusionRule
 
 FORMAT = "annette_torch.profile"
 VERSION = 2
@@ -121,6 +121,11 @@ def _optional_field(data: dict, name: str, build, source: str):
         return build(data[name])
     except ValueError as error:
         raise ProfileError(f"profile {source}: field {error}") from None
+
+#: kernel kind -> kinds doing the same work, whose models answer it when a profile has none
+#: of its own: an elementwise subgraph is one pass over its inputs and outputs, as an add
+STAND_INS: dict[str, tuple[str, ...]] = {ELEMENTWISE_SUBGRAPH: ("add",)}
+
 
 @dataclass
 class Profile:
@@ -157,9 +162,10 @@ class Profile:
     def model_for(self, kernel_kind: str, model_type: str | None = None) -> tuple[str, str, LayerModel]:
         """(model type, entry, layer model) answering ``kernel_kind``: the first of the
         requested type (or the preference order) and then the roofline that has an entry
-        for the kind; else the first of them that has a ``default``."""
+        for the kind, or else for its :data:`STAND_INS` kind; else the first of them that
+        has a ``default``."""
         order = list(dict.fromkeys(((model_type,) if model_type else self.model_preference) + ("roofline",)))
-        for entry in (kernel_kind, "default"):
+        for entry in (kernel_kind, *STAND_INS.get(kernel_kind, ()), "default"):
             for type_name in order:
                 models = self.layer_models.get(type_name, {})
                 if entry in models:
