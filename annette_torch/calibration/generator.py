@@ -781,10 +781,10 @@ class _InvertedResidual(nn.Module):
         self.stem = nn.Conv2d(c, c, 1, bias=False)
         self.expand = nn.Conv2d(c, hidden, 1, bias=False)
         self.bn1 = nn.BatchNorm2d(hidden)
-        self.act1 = _activation(act)
+        self.act1 = _activation(act) if act != "none" else nn.Identity()
         self.dwconv = nn.Conv2d(hidden, hidden, k, stride, k // 2, groups=hidden, bias=False)
         self.bn2 = nn.BatchNorm2d(hidden)
-        self.act2 = _activation(act)
+        self.act2 = _activation(act) if act != "none" else nn.Identity()
         self.project = nn.Conv2d(hidden, f, 1, bias=False)
         self.bn3 = nn.BatchNorm2d(f)
         self.add = Eltwise("add") if stride == 1 and f == c else None
@@ -796,10 +796,11 @@ class _InvertedResidual(nn.Module):
 
 
 def _expansion_act(op: str) -> tuple[int, str]:
-    """``e<expansion>-<activation>`` (``e6-relu6``) -> (6, ``relu6``)."""
+    """``e<expansion>-<activation>`` (``e6-relu6``; ``none``: no activation) -> (6, ``relu6``)."""
     expansion, _, act = op.partition("-")
-    if not (expansion[:1] == "e" and expansion[1:].isdigit() and int(expansion[1:]) >= 1) or act not in ACTIVATIONS:
-        raise ValueError(f"inverted_residual op must be e<expansion>-<activation>, e.g. e6-relu6; got {op!r}")
+    if not (expansion[:1] == "e" and expansion[1:].isdigit() and int(expansion[1:]) >= 1) or \
+            (act not in ACTIVATIONS and act != "none"):
+        raise ValueError(f"inverted_residual op must be e<expansion>-<activation or none>, e.g. e6-relu6; got {op!r}")
     return int(expansion[1:]), act
 
 
@@ -816,7 +817,8 @@ def _inverted_residual_size(p: dict[str, Any]) -> tuple[float, float]:
 @family("inverted_residual", ("h", "w", "c", "k", "op"), {"stride": 1, "f": None}, _inverted_residual_size)
 def inverted_residual(p: dict[str, Any]) -> tuple[nn.Module, tuple[int, ...]]:
     """MobileNetV2's block in context (:class:`_InvertedResidual`): ``op`` is
-    ``e<expansion>-<activation>`` (``e6-relu6``, ``e4-hardswish``), ``f`` the output
+    ``e<expansion>-<activation>`` (``e6-relu6``, ``e4-hardswish``; ``e6-none``: no
+    activation, so the depthwise conv is a plain kernel the fit can use), ``f`` the output
     channels (default ``c``, with the residual add at stride 1), ``k`` the depthwise kernel."""
     expansion, act = _expansion_act(p["op"])
     return (_InvertedResidual(p["c"], p["f"] or p["c"], p["k"], p["stride"], expansion, act),

@@ -18,7 +18,8 @@ Steps (each in its own module):
 5. per kernel kind with ``min_rows`` kernels or more, fit the four model types
    (:mod:`.kinds`); a ``default`` roofline answers the other kinds. Kinds that are not
    products (pools, concats, activations, norms), and depthwise convs, are fitted on the
-   kernels that read another kernel's output when there are ``min_rows`` of them: inside
+   kernels that read another kernel's output when there are ``min_rows`` of them (plain
+   ones, for a depthwise conv): inside
    a network such a layer reads what a conv wrote, in the layout the conv wrote it
    (OpenVINO's blocked channels), not the plain layout of a network input (a depthwise
    conv reading the input ran ~1.5x slower there);
@@ -124,8 +125,10 @@ def _selected(data: StoreData, train: set[str], min_time_ms: float, max_spread: 
             & ~(table["spread"] > max_spread))
     kernels = table[keep].assign(train=lambda t: t["benchmark"].isin(train))
     # see the module doc, step 5: layers other than products, and depthwise convs, are fitted (and scored) in context
+    # (a kind is fitted on its plain kernels, step 6: a depthwise conv needs plain ones in context)
     context_kinds = {kind for kind, group in kernels[kernels["train"]].groupby("kind")
-                     if (kind not in PRODUCT_KINDS or kind in CONTEXT_PRODUCTS) and (~group["reads_input"]).sum() >= min_rows}
+                     if (kind not in PRODUCT_KINDS and (~group["reads_input"]).sum() >= min_rows)
+                     or (kind in CONTEXT_PRODUCTS and (~group["reads_input"] & is_plain(group)).sum() >= min_rows)}
     return rules, decisions, gap, kernels[~(kernels["kind"].isin(context_kinds) & kernels["reads_input"])]
 
 
