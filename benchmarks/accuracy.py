@@ -7,7 +7,9 @@ latency measured on this machine (a benchmark: prints tables, asserts nothing).
         [--ray ADDRESS]
 
 Sets: ``zoo`` (22 torchvision models, batch 1, default resolution), ``timm`` (61 timm
-models chosen by a rule, :data:`TIMM`: CNNs, vision transformers, hybrids), ``mbv2``
+models chosen by a rule, :data:`TIMM`: CNNs, vision transformers, hybrids), ``dense``
+(:data:`DENSE`: torchvision's segmentation models and its detection models' backbones with
+their feature pyramids, 320x320, every output returned), ``mbv2``
 (:data:`MBV2_COUNT` random candidates of :class:`~annette_torch.nas.MobileNetV2Space`, 224x224)
 and ``nb201`` (NAS-Bench-201 cells sampled with seed 201, input 1x3x32x32, built as the benchmark's
 reference code builds them: :data:`annette_torch.nas.nasbench201.CELL_VERSION` 2). Rows of
@@ -94,6 +96,14 @@ TIMM = (
 )
 #: the timm models whose default input is not 224 x 224 (their pretrained configuration)
 TIMM_INPUT_SIZE = {'tf_efficientnetv2_b0': 192, 'tinynet_e': 106, 'edgenext_xx_small': 256, 'mobilevit_xxs': 256, 'mobilevitv2_050': 256, 'fastvit_t8': 256, 'csatv2': 512}
+#: torchvision segmentation models (whole) and detection models (their ``backbone``: the
+#: feature extractor and pyramid; the heads' box decoding and NMS are not ONNX-exportable
+#: as one static graph), each at 320 x 320
+#: (the ResNet-50 segmentation models, ~1 s an inference on one core, are left out for time)
+DENSE = (("lraspp_mobilenet_v3_large", "model"), ("deeplabv3_mobilenet_v3_large", "model"),
+         ("fasterrcnn_mobilenet_v3_large_fpn", "backbone"), ("retinanet_resnet50_fpn", "backbone"),
+         ("ssdlite320_mobilenet_v3_large", "backbone"))
+DENSE_SIZE = 320
 NB201_SEED = 201
 #: random candidates of the MobileNetV2 search space: how many, drawn with this seed
 MBV2_COUNT, MBV2_SEED = 20, 2
@@ -105,8 +115,30 @@ GROUND_TRUTH = {"p10": "p10_ms", "median": "median_ms"}
 DEFAULT_PROTOCOL = Protocol()
 
 
+class AllOutputs(torch.nn.Module):
+    """``model`` returning its outputs (dicts and lists of tensors) flattened into one tuple
+    in order, so the exporters and the tracer see the same graph."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        from torch.utils._pytree import tree_leaves
+        return tuple(tree_leaves(self.model(x)))    # under torch.fx the leaves are proxies
+
+
+def dense_model(name: str, part: str) -> torch.nn.Module:
+    """torchvision segmentation model ``name`` (``part`` = "model") or a detection model's
+    ``backbone``, with no weights anywhere, wrapped in :class:`AllOutputs`, in eval mode."""
+    import torchvision
+    model = torchvision.models.get_model(name, weights=None, weights_backbone=None)
+    return AllOutputs(model if part == "model" else getattr(model, part)).eval()
+
+
 def networks(sets: list[str], models: list[str] | None = None, nb201: int = 50) -> list[Network]:
-    """The networks of ``sets`` (``zoo``, ``timm``, ``mbv2``, ``nb201``), only those named in ``models`` if given."""
+    """The networks of ``sets`` (``zoo``, ``timm``, ``dense``, ``mbv2``, ``nb201``), only those
+    named in ``models`` if given."""
     found = []
     for name in sets:
         if name == "zoo":
@@ -115,6 +147,9 @@ def networks(sets: list[str], models: list[str] | None = None, nb201: int = 50) 
         elif name == "timm":
             found += [Network("timm", m, (1, 3, TIMM_INPUT_SIZE.get(m, 224), TIMM_INPUT_SIZE.get(m, 224)),
                               lambda m=m: timm_model(m)) for m in TIMM]
+        elif name == "dense":
+            found += [Network("dense", m if part == "model" else f"{m}.{part}", (1, 3, DENSE_SIZE, DENSE_SIZE),
+                              lambda m=m, part=part: dense_model(m, part)) for m, part in DENSE]
         elif name == "mbv2":
             space, rng = MobileNetV2Space(), random.Random(MBV2_SEED)
             for arch in [space.sample(rng) for _ in range(MBV2_COUNT)]:
@@ -123,7 +158,7 @@ def networks(sets: list[str], models: list[str] | None = None, nb201: int = 50) 
             found += [Network("nb201", a, (1, 3, 32, 32), lambda a=a: NB201Network(a).eval())
                       for a in sample_architectures(nb201, seed=NB201_SEED)]
         else:
-            raise SystemExit(f"unknown set {name!r}; sets are zoo, timm, mbv2, nb201")
+            raise SystemExit(f"unknown set {name!r}; sets are zoo, timm, dense, mbv2, nb201")
     return [n for n in found if models is None or n.name in models]
 
 

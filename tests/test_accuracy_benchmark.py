@@ -219,3 +219,14 @@ def test_the_mobilenetv2_space_set_is_fixed_by_its_seed():
     first, again = accuracy.networks(["mbv2"]), accuracy.networks(["mbv2"])
     assert [n.name for n in first] == [n.name for n in again] and len({n.name for n in first}) == accuracy.MBV2_COUNT
     assert all(n.input_shape == (1, 3, 224, 224) for n in first)
+
+
+def test_the_dense_set_keeps_every_output_of_a_detection_backbone():
+    nets = accuracy.networks(["dense"], models=["ssdlite320_mobilenet_v3_large.backbone"])
+    assert [n.input_shape for n in nets] == [(1, 3, 320, 320)]
+    model = nets[0].build()
+    from annette_torch import Estimator, trace
+    graph = trace(model, input_shape=nets[0].input_shape)
+    assert len(graph.outputs) == 6            # SSDLite's six feature maps, none of them dead
+    assert not graph.dead
+    assert Estimator("openvino-cpu")(graph) > 1.0

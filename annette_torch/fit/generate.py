@@ -235,7 +235,8 @@ def _kernel_scores(profile: Profile, test: pd.DataFrame, scale: float) -> dict[s
         answered = {}
         for type_name in profile.layer_models:
             used, entry, model = profile.model_for(kind, type_name)
-            predicted[type_name][index] += model.predict(features[index])[0]
+            alone = model.predict(features[index])[0]
+            predicted[type_name][index] = np.maximum(fused[index] + alone, 0.5 * alone)   # as FusedLayers
             answered[type_name] = used if entry == kind else f"{used} default"
         kinds[kind] = {"test_kernels": len(index), "answered_by": answered,
                        "mape": {t: mape(p[index], seconds[index]) for t, p in predicted.items()}}

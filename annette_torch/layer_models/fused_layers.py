@@ -5,7 +5,8 @@ A runtime that fuses a SiLU or GELU into a conv still computes an exponential or
 error function per output element; fused ReLUs and batch norms (folded into the weights
 at export) cost next to nothing. The layer models of a kernel kind are fitted on kernels
 without such costs, and the profile's ``fused_cost_s_per_elem`` holds, per fused layer
-kind, the seconds per output element it adds (:mod:`annette_torch.fit.fused`).
+kind, the seconds per output element it adds (:mod:`annette_torch.fit.fused`; negative
+where the kind's model already charges more for the fused layer's inputs than it costs).
 :class:`FusedLayers` adds them: ``time = model time + output elements * sum of the
 fused layers' costs + kernel_s``, with one summed cost per kernel row. ``kernel_s`` is
 the profile's ``kernel_overhead_ms`` (:mod:`annette_torch.fit.overhead`): dispatch
@@ -40,9 +41,7 @@ class FusedLayers(LayerModel):
         seconds, compute = self.inner.predict(features, xp)
         cost = self.seconds_per_elem if xp is np else xp.as_tensor(self.seconds_per_elem, dtype=features.dtype,
                                                                     device=features.device)
-        total = seconds + features[:, COLUMN["output_elems"]] * cost
-        if self.kernel_s:
-            total = xp.maximum(total + self.kernel_s, 0.5 * total)
+        total = xp.maximum(seconds + features[:, COLUMN["output_elems"]] * cost + self.kernel_s, 0.5 * seconds)
         return total, compute
 
     def bytes_moved(self, features: Any) -> Any:

@@ -14,7 +14,7 @@ when the profile has tree ensembles, their arrays in a numpy ``.npz`` file besid
                                                 # the profiler added to each kernel's time)
       "weight_bandwidth_bytes_s": 1.5e10,       # weights arrive from memory at this rate
                                                 # (optional; see layer_models.weights_from_memory)
-      "fused_cost_s_per_elem": {"silu": 2e-10},  # per output element, per fused layer kind
+      "fused_cost_s_per_elem": {"silu": 2e-10},  # per output element, per fused layer kind (may be < 0)
                                                 # (optional; see layer_models.fused_layers)
       "training": {"optimizer_step": {"sgd": {"per_tensor_ms": 0.004, "per_element_ns": 0.3}}},
                                                 # a training profile (optional): its kernels are
@@ -124,7 +124,8 @@ def _optional_field(data: dict, name: str, build, source: str):
 
 #: kernel kind -> kinds doing the same work, whose models answer it when a profile has none
 #: of its own: an elementwise subgraph is one pass over its inputs and outputs, as an add
-STAND_INS: dict[str, tuple[str, ...]] = {ELEMENTWISE_SUBGRAPH: ("add",)}
+#: or a multiply
+STAND_INS: dict[str, tuple[str, ...]] = {ELEMENTWISE_SUBGRAPH: ("add", "mul")}
 
 
 @dataclass
@@ -162,14 +163,15 @@ class Profile:
     def model_for(self, kernel_kind: str, model_type: str | None = None) -> tuple[str, str, LayerModel]:
         """(model type, entry, layer model) answering ``kernel_kind``: the first of the
         requested type (or the preference order) and then the roofline that has an entry
-        for the kind, or else for its :data:`STAND_INS` kind; else the first of them that
-        has a ``default``."""
+        for the kind or one of its :data:`STAND_INS` (the kind first); else the first of
+        them that has a ``default``."""
         order = list(dict.fromkeys(((model_type,) if model_type else self.model_preference) + ("roofline",)))
-        for entry in (kernel_kind, *STAND_INS.get(kernel_kind, ()), "default"):
+        for entries in ((kernel_kind, *STAND_INS.get(kernel_kind, ())), ("default",)):
             for type_name in order:
                 models = self.layer_models.get(type_name, {})
-                if entry in models:
-                    return type_name, entry, models[entry]
+                for entry in entries:
+                    if entry in models:
+                        return type_name, entry, models[entry]
         raise AssertionError("validated profiles always have a roofline default")
 
     def model_types(self) -> list[str]:
@@ -306,8 +308,8 @@ class Profile:
         merges = boolean(data.get("merges_elementwise", False), "field 'merges_elementwise'")
         fused_costs = data.get("fused_cost_s_per_elem") or {}
         if not isinstance(fused_costs, dict):
-            raise fail("fused_cost_s_per_elem", f"expected an object of layer kind -> seconds >= 0, got {fused_costs!r}")
-        fused_costs = {k: number(v, f"field 'fused_cost_s_per_elem.{k}'", low=0) for k, v in fused_costs.items()}
+            raise fail("fused_cost_s_per_elem", f"expected an object of layer kind -> seconds, got {fused_costs!r}")
+        fused_costs = {k: number(v, f"field 'fused_cost_s_per_elem.{k}'") for k, v in fused_costs.items()}
         training = data.get("training")
         if training is not None:
             _check_training(training, fail)
