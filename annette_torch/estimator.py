@@ -11,8 +11,9 @@ per-kind predictions and sum them in the same order: their totals are equal.
 
 Each kernel of a report says what its estimate can vouch for (``confidence``):
 
-* ``calibrated``: a model fitted for its kind, its features inside the range the model
-  was calibrated on (the profile's per-entry ``range``);
+* ``calibrated``: a model fitted for its kind (or for the kind standing in for it,
+  :data:`~annette_torch.profiles.profile.STAND_INS`, which ``profile_entry`` names), its
+  features inside the range the model was calibrated on (the profile's per-entry ``range``);
 * ``extrapolated``: such a model, some feature outside that range (``outside_range``
   names them);
 * ``unranged``: such a model, but the profile records no calibrated range for it;

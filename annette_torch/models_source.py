@@ -182,6 +182,13 @@ def _huggingface(name: str, device: str) -> ResolvedModel:
         names = ("input_ids", "decoder_input_ids") if getattr(config, "is_encoder_decoder", False) else ("input_ids",)
         return ResolvedModel(label, model, input_shapes=((1, DEFAULT_SEQ_LEN),) * len(names), input_dtype=torch.int64,
                              input_names=names, token_inputs=True)
+    if main == "input_features" and hasattr(config, "num_mel_bins"):    # Whisper: 30 s of log-mel frames
+        if getattr(config, "is_encoder_decoder", False) and model_class is None:
+            raise ModelSpecError(f"hf:{name} builds {label}, which takes decoder token ids beside its audio "
+                                 f"features: estimate its encoder with hf:WhisperForAudioClassification, or give "
+                                 f"--example-inputs file.py:function")
+        frames = 2 * getattr(config, "max_source_positions", 1500)
+        return ResolvedModel(label, model, input_shapes=((1, config.num_mel_bins, frames),), input_names=(main,))
     size, channels = getattr(config, "image_size", 224), getattr(config, "num_channels", 3)
     if main == "pixel_values" and isinstance(size, int):
         return ResolvedModel(label, model, input_shapes=((1, channels, size, size),), input_names=(main,))

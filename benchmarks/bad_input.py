@@ -548,7 +548,7 @@ def _profile_cases() -> list[Case]:
         ("version", 3, "'version'"), ("format", "onnx", "'format'"),
         ("weight_bandwidth_bytes_s", 0, "'weight_bandwidth_bytes_s'"),
         ("weight_bandwidth_bytes_s", NAN, "'weight_bandwidth_bytes_s'"),
-        ("optimizes_graph", "true", "'optimizes_graph'"), ("fused_cost_s_per_elem", {"silu": -1e-10}, "silu"),
+        ("optimizes_graph", "true", "'optimizes_graph'"), ("fused_cost_s_per_elem", {"silu": [1e-10]}, "silu"),
         ("fused_cost_s_per_elem", {"silu": "1e-10"}, "silu"), ("counting", {"ops_scale": {"max_pool": 0}}, "ops_scale"),
         ("mapping", {"primary": "conv"}, "'mapping'"), ("mapping.0", "conv+relu", "mapping[0]"),
         ("mapping.0.condition", [{"layer": "secondary", "attr": "kernel_size", "op": "in", "value": 3}], "'in'"),

@@ -29,8 +29,8 @@ from timm_coverage import Runner, run_all, write_csv
 HF_MODELS: tuple[str, ...] = (
     "hf:BertConfig", "hf:DistilBertConfig", "hf:RobertaConfig", "hf:AlbertConfig", "hf:ElectraConfig",
     "hf:GPT2Config", "hf:GPT2LMHeadModel", "hf:OPTConfig", "hf:LlamaConfig", "hf:MistralConfig", "hf:Qwen2Config",
-    "hf:T5Config", "hf:BartConfig",
-    "hf:ViTConfig", "hf:SwinConfig", "hf:ConvNextConfig", "hf:ResNetConfig",
+    "hf:T5Config", "hf:T5EncoderModel", "hf:BartConfig", "hf:WhisperForAudioClassification",
+    "hf:ViTConfig", "hf:DeiTConfig", "hf:SwinConfig", "hf:ConvNextConfig", "hf:ResNetConfig",
 )
 COLUMNS = ("model", "method", "layers", "unknown", "unknown_ops", "default_kinds", "default_share", "seconds",
            "error")

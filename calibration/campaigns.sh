@@ -24,6 +24,12 @@ for backend in openvino-cpu onnxruntime-cpu torch-cpu; do
 done
 calibrate --backend openvino-cpu    --sweep transformer --threads 2
 calibrate --backend openvino-cpu    --sweep quick       --threads 2
+# 2026-12-01 (later): inverted_residual rows appended to full and quick (MobileNet blocks
+# whose depthwise convs read a conv's output; e<k>-none ones leave the depthwise conv plain)
+for backend in openvino-cpu onnxruntime-cpu torch-cpu; do
+    calibrate --backend "$backend" --sweep full --threads 1
+done
+calibrate --backend openvino-cpu    --sweep quick --threads 2
 # training passes (forward + backward per layer; optimizer steps timed into the store first)
 for sweep in training training-large training-stem; do
     calibrate --backend torch-cpu-train --sweep "$sweep" --threads 1 --warmup 2 --repeats 7

@@ -50,3 +50,23 @@ def test_gpt2_conv1d_is_a_linear_layer_with_its_weights():
 class _Gram(nn.Module):
     def forward(self, x):
         return torch.matmul(x, x.transpose(1, 2))
+
+
+def test_whisper_encoder_takes_log_mel_frames_and_the_whole_model_says_what_to_do():
+    from annette_torch.models_source import ModelSpecError, resolve_model
+    resolved = resolve_model("hf:WhisperForAudioClassification")
+    config = resolved.module.config
+    assert resolved.input_shapes == ((1, config.num_mel_bins, 2 * config.max_source_positions),)
+    assert resolved.input_dtype == torch.float32
+    with pytest.raises(ModelSpecError, match="hf:WhisperForAudioClassification"):
+        resolve_model("hf:WhisperConfig")
+
+
+def test_kinds_without_a_model_of_their_own_are_answered_by_their_stand_ins():
+    from annette_torch.profiles import load_profile
+    from annette_torch.profiles.profile import STAND_INS
+    profile = load_profile("openvino-cpu")
+    for kind, stand_ins in STAND_INS.items():
+        _, entry, _ = profile.model_for(kind)
+        assert entry == kind or entry in stand_ins, (kind, entry)
+    assert profile.model_for("no_such_kind")[1] == "default"

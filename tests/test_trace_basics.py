@@ -152,7 +152,7 @@ def test_broadcast_matmul_with_a_weight(one_layer):
         def forward(self, x):
             return torch.relu(x) @ self.w
 
-    layer = one_layer(traced(Proj(), (2, 3, 5, 16)), "matmul")
+    layer = one_layer(traced(Proj(), (2, 3, 5, 16)), "linear")    # an activation times a weight
     assert layer.output_shapes == ((2, 3, 5, 8),)
     assert layer.counts.ops == 2 * 6 * 5 * 16 * 8
     assert layer.counts.weight_elems == 16 * 8 and layer.parents == ("relu",)
@@ -814,3 +814,12 @@ def test_comparisons_keep_their_bool_dtype_through_shape_propagation():
     graph = trace(Select(), input_shape=(2, 3))
     assert [layer.kind for layer in graph].count("compare") == 4
     assert graph.layers[-1].output_shapes == ((2, 3),)
+
+
+def test_a_dilated_padded_conv_counts_the_taps_inside_its_input(one_layer):
+    atrous = nn.Conv2d(8, 8, 3, padding=24, dilation=24)          # DeepLab's ASPP on a 20x20 map
+    layer = one_layer(traced(atrous, (1, 8, 20, 20)), "conv")
+    assert layer.counts.ops == 2 * 8 * 8 * 20 * 20 * 1             # only the centre tap reads the input
+    half = one_layer(traced(nn.Conv2d(8, 8, 3, padding=2, dilation=2), (1, 8, 4, 4)), "conv")
+    per_dim = sum(0 <= o - 2 + 2 * t < 4 for o in range(4) for t in range(3))
+    assert half.counts.ops == 2 * 8 * 8 * per_dim ** 2

@@ -123,9 +123,13 @@ def _optional_field(data: dict, name: str, build, source: str):
         raise ProfileError(f"profile {source}: field {error}") from None
 
 #: kernel kind -> kinds doing the same work, whose models answer it when a profile has none
-#: of its own: an elementwise subgraph is one pass over its inputs and outputs, as an add
-#: or a multiply
-STAND_INS: dict[str, tuple[str, ...]] = {ELEMENTWISE_SUBGRAPH: ("add", "mul")}
+#: of its own (the report's ``profile_entry`` names the one that did): an elementwise
+#: subgraph or a unary op is one pass over its inputs and outputs, as an add or a multiply;
+#: an embedding copies the rows it gathers and a split the parts it cuts, as a slice or a
+#: concat copies; a reduction over a dimension reads its input once, as a global pool
+STAND_INS: dict[str, tuple[str, ...]] = {ELEMENTWISE_SUBGRAPH: ("add", "mul"), "unary": ("mul", "add"),
+                                         "embedding": ("slice", "concat"), "split": ("slice", "concat"),
+                                         "reduce": ("global_avg_pool",)}
 
 
 @dataclass
