@@ -160,7 +160,8 @@ class Estimator:
         dead = self.profile.optimizes_graph if self.profile.removes_dead_code is None else self.profile.removes_dead_code
         self._removes = (self._folds, self._folds or (dead and compiles),
                          self.profile.removes_identity_slices and compiles,
-                         self.profile.merges_elementwise and compiles and use_mapping)
+                         use_mapping and (self.profile.merges_elementwise if adaptation is None
+                                          else adaptation.merges(self.profile.merges_elementwise)))
         self._plan_key = ("plan", object())  # this estimator's entry in a graph's cache
 
     def __repr__(self) -> str:

@@ -252,10 +252,13 @@ def test_cli_adapt_measures_references_and_writes_the_profile(tmp_path, monkeypa
             Network("large", "wide", (1, 3, 32, 32), lambda: small_net(64, 3)),
             Network("nb201", "deep", (1, 3, 32, 32), lambda: small_net(12, 6))]
     monkeypatch.setattr(adapt_command, "reference_pool", lambda: pool)
-    source = Estimator(SOURCE)
+    from annette_torch.transfer.fewshot import MAPPING_NAMES, remapped
+    # a device 1.5x slower than the source's kernels mapped as the adaptation maps them
+    # (eager: every layer its own kernel; then the source's own fusion)
+    source = {"estimator": Estimator(remapped(load_profile(SOURCE), MAPPING_NAMES["eager"]))}
 
-    def fake_measure(self, model, input_shape, warmup=5, repeats=25):     # a device 1.5x slower than the source
-        return Latency.from_runs([1.5 * source(model, input_shape=input_shape)] * repeats, self.threads)
+    def fake_measure(self, model, input_shape, warmup=5, repeats=25):
+        return Latency.from_runs([1.5 * source["estimator"](model, input_shape=input_shape)] * repeats, self.threads)
 
     monkeypatch.setattr(TorchCpu, "measure", fake_measure)
     out = tmp_path / "adapted.json"
@@ -271,6 +274,7 @@ def test_cli_adapt_measures_references_and_writes_the_profile(tmp_path, monkeypa
     assert sorted(profile.adaptation.reference_networks) == ["deep", "tiny", "wide"]
     assert (profile.adaptation.fusion, profile.adaptation.optimizes_graph) == ("none", False)
     assert profile.adaptation.compute_scale == pytest.approx(1.5, rel=0.05)
+    source["estimator"] = Estimator(SOURCE)
     assert cli_main(["adapt", "--from", SOURCE, "--backend", "torch-cpu", "--samples", "3", "--mapping", "source",
                      "--drift", "none", "--out", str(out)]) == 0
     assert "mapping: source (openvino-cpu's fusion rules, graph optimized)" in capsys.readouterr().out

@@ -168,7 +168,8 @@ def _samples(data: StoreData, prior: Profile, rules: tuple[FusionRule, ...], min
     """The correction's samples (module doc, step 2)."""
     _, folds = _effective_rules(prior)
     training = prior.training is not None
-    table = kernel_table(data, rules, folds, training, prior.counting, prior.merges_elementwise)
+    merges = prior.merges_elementwise if prior.adaptation is None else prior.adaptation.merges(prior.merges_elementwise)
+    table = kernel_table(data, rules, folds, training, prior.counting, merges)
     keep = (table["measured"] & table["agrees"] & (table["time_ms"] >= min_time_ms)
             & ~(table["spread"] > max_spread))
     requests = [None, *prior.layer_models]
@@ -179,7 +180,8 @@ def _samples(data: StoreData, prior: Profile, rules: tuple[FusionRule, ...], min
     preferred = np.empty(len(table), dtype=object)
     position = 0
     for benchmark, graph in data.graphs.items():
-        kernels = map_kernels(graph, rules, folds, True if training else None, prior.counting)
+        kernels = map_kernels(graph, rules, folds, True if training else None, prior.counting,
+                              merge_elementwise=merges)
         executed = np.flatnonzero(~kernels.free)
         row_of = {k: position + i for i, k in enumerate(executed)}
         for kind, rows in kernels.groups.items():

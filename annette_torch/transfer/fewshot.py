@@ -326,7 +326,8 @@ def remapped(profile: Profile, mapping: MappingChoice) -> Profile:
     return dataclasses.replace(base, mapping=adaptation.rules(base.mapping),
                                optimizes_graph=adaptation.folds(base.optimizes_graph),
                                removes_dead_code=False if eager else base.removes_dead_code,
-                               removes_identity_slices=base.removes_identity_slices and not eager)
+                               removes_identity_slices=base.removes_identity_slices and not eager,
+                               merges_elementwise=adaptation.merges(base.merges_elementwise))
 
 
 def source_kernels(profile: Profile, graphs: Sequence[LayerGraph],
