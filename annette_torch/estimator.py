@@ -159,9 +159,9 @@ class Estimator:
         compiles = adaptation is None or adaptation.optimizes_graph is not False   # not adapted to eager torch
         dead = self.profile.optimizes_graph if self.profile.removes_dead_code is None else self.profile.removes_dead_code
         self._removes = (self._folds, self._folds or (dead and compiles),
-                         self.profile.removes_identity_slices and compiles,
-                         use_mapping and (self.profile.merges_elementwise if adaptation is None
-                                          else adaptation.merges(self.profile.merges_elementwise)))
+                         self.profile.removes_identity_slices and compiles)
+        self._merges = use_mapping and (self.profile.merges_elementwise if adaptation is None
+                                        else adaptation.merges(self.profile.merges_elementwise))
         self._plan_key = ("plan", object())  # this estimator's entry in a graph's cache
 
     def __repr__(self) -> str:
@@ -199,8 +199,9 @@ class Estimator:
     def kernel_table(self, graph: LayerGraph) -> KernelTable:
         """The kernels ``graph`` runs as on this target (cached on the graph)."""
         training = False if self.profile.training is not None else None   # a data batch requires no grad
-        folds, dead, identity_slices, merges = self._removes
-        return map_kernels(graph, self._rules, folds, training, self.profile.counting, dead, identity_slices, merges)
+        folds, dead, identity_slices = self._removes
+        return map_kernels(graph, self._rules, folds, training, self.profile.counting, dead, identity_slices,
+                           self._merges)
 
     def layer_model(self, kernel_kind: str) -> tuple[str, str, Any]:
         """(model type, profile entry, layer model) that answers ``kernel_kind``, with the
@@ -448,7 +449,7 @@ class Estimator:
         return estimate_memory(self.graph_of(model, training=training, **trace_kwargs), training, optimizer)
 
     def _warn_free(self, graph: LayerGraph) -> None:
-        names = removed_layers(graph, *self._removes[:3])
+        names = removed_layers(graph, *self._removes)
         if not names:
             return
         ops = graph.features[:, FEATURES.index("ops")]

@@ -98,11 +98,14 @@ def _weights(table: pd.DataFrame) -> np.ndarray:
     return 1.0 / (0.05 + table["spread"].fillna(0.05).to_numpy())
 
 
-def _effective_rules(prior: Profile) -> tuple[tuple[FusionRule, ...], bool]:
-    """(fusion rules, whether the graph is optimized) the prior's estimator maps with."""
+def _effective_rules(prior: Profile) -> tuple[tuple[FusionRule, ...], bool, bool]:
+    """(fusion rules, whether the graph is optimized, whether elementwise subgraphs merge)
+    the prior's estimator maps with."""
     if prior.adaptation is None:
-        return prior.mapping, prior.optimizes_graph
-    return prior.adaptation.rules(prior.mapping), prior.adaptation.folds(prior.optimizes_graph)
+        return prior.mapping, prior.optimizes_graph, prior.merges_elementwise
+    adaptation = prior.adaptation
+    return (adaptation.rules(prior.mapping), adaptation.folds(prior.optimizes_graph),
+            adaptation.merges(prior.merges_elementwise))
 
 
 def checked_rules(data: StoreData, prior: Profile) -> tuple[tuple[FusionRule, ...], list[dict[str, Any]]]:
@@ -110,7 +113,7 @@ def checked_rules(data: StoreData, prior: Profile) -> tuple[tuple[FusionRule, ..
     replaced by rules learned from the store (module doc, step 1), and one record per
     pair checked: primary, secondary, examples, the prior's and the learned rules' errors,
     and whether it was replaced."""
-    rules, _ = _effective_rules(prior)
+    rules, _, _ = _effective_rules(prior)
     if prior.adaptation is not None and prior.adaptation.fusion != "source":
         return rules, []             # the adaptation's mapping decides; the rules are not used
     examples = fusion_examples(data)
@@ -166,9 +169,8 @@ class _Samples:
 def _samples(data: StoreData, prior: Profile, rules: tuple[FusionRule, ...], min_time_ms: float,
              max_spread: float) -> _Samples:
     """The correction's samples (module doc, step 2)."""
-    _, folds = _effective_rules(prior)
+    _, folds, merges = _effective_rules(prior)
     training = prior.training is not None
-    merges = prior.merges_elementwise if prior.adaptation is None else prior.adaptation.merges(prior.merges_elementwise)
     table = kernel_table(data, rules, folds, training, prior.counting, merges)
     keep = (table["measured"] & table["agrees"] & (table["time_ms"] >= min_time_ms)
             & ~(table["spread"] > max_spread))
