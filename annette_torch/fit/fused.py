@@ -13,12 +13,15 @@ kinds seen in at least ``min_rows`` kernels. A cost may be negative: the kernel'
 already charges for what a fused layer reads from outside (a residual add's second
 input counts among the kernel's input elements), which a conv with the add as a post-op
 reads from cache at next to no cost (OpenVINO's 1x1 convs of NAS-Bench-201 cells with
-their node sums). Estimates keep a kernel at half its model time or more.
+their node sums). Estimates keep a kernel at half its model time or more
+(:data:`~annette_torch.layer_models.fused_layers.MIN_MODEL_SHARE`).
 """
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+
+from ..layer_models.fused_layers import MIN_MODEL_SHARE
 
 #: layer kinds the ONNX export folds into the preceding conv's weights: free when fused
 FOLDED = frozenset({"batch_norm"})
@@ -55,7 +58,7 @@ def fit_fused_costs(kernels: pd.DataFrame, model_seconds: np.ndarray, measured_s
     design = np.array([[m.count(k) for k in kinds] for m, u in zip(members, use) if u], dtype=float)
     design *= (elems / measured)[:, None]
     cost = np.linalg.lstsq(design, (measured - modelled) / measured, rcond=None)[0]
-    after = np.maximum(modelled + design @ cost * measured, 0.5 * modelled)
+    after = np.maximum(modelled + design @ cost * measured, MIN_MODEL_SHARE * modelled)
     return ({k: float(c) for k, c in zip(kinds, cost)},
             {"kernels": int(use.sum()), "kernels_per_kind": {k: int(counts[k]) for k in kinds},
              "mape_without": float(100 * np.mean(np.abs(modelled - measured) / measured)),

@@ -59,6 +59,7 @@ from ..calibration.store import StoreError
 from ..estimator import Estimator
 from ..kinds import FEATURES, PRODUCT_KINDS
 from ..layer_models import LayerModel, RefinedRoofline
+from ..layer_models.fused_layers import FusedLayers
 from ..mapping import FusionRule
 from ..profiles import Profile
 from ..profiles.profile import Range
@@ -227,16 +228,14 @@ def _kernel_scores(profile: Profile, test: pd.DataFrame, scale: float) -> dict[s
     plus the cost of its fused layers)."""
     features, seconds = _xy(test, scale)
     costs = profile.fused_cost_s_per_elem
-    fused = test["output_elems"].to_numpy() * np.array(
-        [sum(costs.get(k, 0.0) for k in costly_members(f)) for f in test["fused_kinds"]])
-    predicted = {t: fused.copy() for t in profile.layer_models}
+    per_elem = np.array([sum(costs.get(k, 0.0) for k in costly_members(f)) for f in test["fused_kinds"]])
+    predicted = {t: np.zeros(len(test)) for t in profile.layer_models}
     kinds = {}
     for kind, index in test.groupby("kind").indices.items():
         answered = {}
         for type_name in profile.layer_models:
             used, entry, model = profile.model_for(kind, type_name)
-            alone = model.predict(features[index])[0]
-            predicted[type_name][index] = np.maximum(fused[index] + alone, 0.5 * alone)   # as FusedLayers
+            predicted[type_name][index] = FusedLayers(model, per_elem[index]).predict(features[index])[0]
             answered[type_name] = used if entry == kind else f"{used} default"
         kinds[kind] = {"test_kernels": len(index), "answered_by": answered,
                        "mape": {t: mape(p[index], seconds[index]) for t, p in predicted.items()}}

@@ -49,7 +49,6 @@ class LayerModel:
         raise NotImplementedError
 
 
-
 @dataclass
 class WrappedLayerModel(LayerModel):
     """A layer model that corrects ``inner``'s times (an adaptation, a prior's correction):

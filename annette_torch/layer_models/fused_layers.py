@@ -11,7 +11,8 @@ where the kind's model already charges more for the fused layer's inputs than it
 fused layers' costs + kernel_s``, with one summed cost per kernel row. ``kernel_s`` is
 the profile's ``kernel_overhead_ms`` (:mod:`annette_torch.fit.overhead`): dispatch
 between kernels, or, when negative, what the runtime's profiler added to every kernel
-time the models were fitted to; a kernel never drops below half its model time.
+time the models were fitted to; a kernel never drops below half its model time
+(:data:`MIN_MODEL_SHARE`).
 """
 from __future__ import annotations
 
@@ -20,29 +21,26 @@ from typing import Any
 
 import numpy as np
 
-from .base import COLUMN, LayerModel
+from .base import COLUMN, WrappedLayerModel
+
+#: the least share of its model time a kernel keeps, whatever its fused layers and the
+#: per-kernel overhead take off
+MIN_MODEL_SHARE = 0.5
 
 
 @dataclass
-class FusedLayers(LayerModel):
+class FusedLayers(WrappedLayerModel):
     """``inner``'s time plus ``seconds_per_elem[row]`` times each row's output elements
-    plus ``kernel_s``; the rows given to :meth:`predict` are the kernels
-    ``seconds_per_elem`` was built for."""
+    plus ``kernel_s``, at least :data:`MIN_MODEL_SHARE` of ``inner``'s time; the rows given
+    to :meth:`predict` are the kernels ``seconds_per_elem`` was built for."""
 
-    inner: LayerModel
     seconds_per_elem: np.ndarray
     kernel_s: float = 0.0
-
-    @property
-    def type_name(self) -> str:     # what answered: the wrapped model's type
-        return self.inner.type_name
 
     def predict(self, features: Any, xp: Any = np) -> tuple[Any, Any]:
         seconds, compute = self.inner.predict(features, xp)
         cost = self.seconds_per_elem if xp is np else xp.as_tensor(self.seconds_per_elem, dtype=features.dtype,
                                                                     device=features.device)
-        total = xp.maximum(seconds + features[:, COLUMN["output_elems"]] * cost + self.kernel_s, 0.5 * seconds)
+        total = xp.maximum(seconds + features[:, COLUMN["output_elems"]] * cost + self.kernel_s,
+                           MIN_MODEL_SHARE * seconds)
         return total, compute
-
-    def bytes_moved(self, features: Any) -> Any:
-        return self.inner.bytes_moved(features)
