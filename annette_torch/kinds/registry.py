@@ -167,6 +167,7 @@ KINDS: dict[str, LayerKind] = {}
 _BY_MODULE: dict[type, LayerKind] = {}
 _BY_OP: dict[str, LayerKind] = {}
 _BY_ONNX: dict[str, LayerKind] = {}
+_BY_NAME_ENDING: list[tuple[str, LayerKind]] = []     # (class name ending, kind): LayerKind.module_names
 
 
 def register_kind(cls: type[LayerKind]) -> type[LayerKind]:
@@ -180,12 +181,14 @@ def register_kind(cls: type[LayerKind]) -> type[LayerKind]:
             if key in table:
                 raise ValueError(f"{key!r} is claimed by both {table[key].name} and {kind.name}")
             table[key] = kind
+    _BY_NAME_ENDING.extend((ending, kind) for ending in kind.module_names)
     return cls
 
 
 def alias_kind(name: str, of: type[LayerKind]) -> None:
     """Register a second kind name sharing another kind's formulas (e.g. depthwise_conv)."""
-    sub = type(f"{of.__name__}_{name}", (of,), {"name": name, "modules": (), "ops": (), "onnx_ops": ()})
+    sub = type(f"{of.__name__}_{name}", (of,),
+               {"name": name, "modules": (), "module_names": (), "ops": (), "onnx_ops": ()})
     register_kind(sub)
 
 
@@ -200,8 +203,8 @@ def kind_for_module(module: Any) -> LayerKind | None:
         if kind is not None:
             return kind if type(module).forward is klass.forward else None
     name = type(module).__name__
-    for kind in KINDS.values():
-        if any(name.endswith(suffix) for suffix in kind.module_names) and kind.claims(module):
+    for ending, kind in _BY_NAME_ENDING:
+        if name.endswith(ending) and kind.claims(module):
             return kind
     return None
 
