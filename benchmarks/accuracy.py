@@ -58,6 +58,7 @@ import numpy as np
 import pandas as pd
 import torch
 from scipy.stats import spearmanr
+from torch.utils._pytree import tree_leaves
 from tqdm import tqdm
 
 from annette_torch import Estimator, UnknownKindWarning, load_profile, trace
@@ -124,7 +125,6 @@ class AllOutputs(torch.nn.Module):
         self.model = model
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        from torch.utils._pytree import tree_leaves
         return tuple(tree_leaves(self.model(x)))    # under torch.fx the leaves are proxies
 
 

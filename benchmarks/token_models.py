@@ -24,7 +24,7 @@ import torch
 
 from annette_torch import Estimator
 from annette_torch.backends import get_backend
-from annette_torch.backends.base import eval_mode, torch_threads
+from annette_torch.backends.base import export_onnx, torch_threads
 from annette_torch.measure.noise import round_to_round
 from annette_torch.measure.protocol import ItemFailed, Protocol, combine, interleave
 from annette_torch.models_source import resolve_model
@@ -54,14 +54,6 @@ def _no_grad(model: torch.nn.Module, inputs: tuple) -> object:
         return model(*inputs)
 
 
-def export_tokens(module: torch.nn.Module, args: tuple, names: tuple[str, ...], path: Path) -> Path:
-    """``module`` exported with the TorchScript exporter for static ``args`` (token ids)."""
-    with warnings.catch_warnings(), eval_mode(module), torch.no_grad():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(module, args, str(path), dynamo=False, input_names=list(names))
-    return path
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--backend", default="openvino-cpu")
@@ -89,7 +81,9 @@ def main() -> None:
                 times = estimator.kernel_times(estimator.graph_of(model, example_inputs=inputs))
             estimates[spec] = times
             if hasattr(backend, "compile_onnx"):      # a runtime of ONNX files
-                path = export_tokens(model, inputs, resolved.input_names, Path(folder) / f"{resolved.name}.onnx")
+                with warnings.catch_warnings():     # the exporter's tracer warnings about HF's code
+                    warnings.simplefilter("ignore")
+                    path = export_onnx(model, None, Path(folder) / f"{resolved.name}.onnx", example_inputs=inputs)
                 runners[spec] = backend.runner(backend.compile_onnx(path), ids)
             else:                                     # eager torch runs the module itself
                 runners[spec] = lambda model=model, inputs=inputs: _no_grad(model, inputs)

@@ -144,14 +144,16 @@ def torch_threads(count: int) -> Iterator[None]:
         torch.set_num_threads(previous)
 
 
-def export_onnx(model: nn.Module, input_shape: Sequence[int] | Sequence[Sequence[int]],
-                path: str | os.PathLike) -> Path:
+def export_onnx(model: nn.Module, input_shape: Sequence[int] | Sequence[Sequence[int]] | None,
+                path: str | os.PathLike, example_inputs: Sequence[torch.Tensor] | None = None) -> Path:
     """Export ``model`` in eval mode with the TorchScript exporter (``dynamo=False``) for one
     static input named ``input`` of ``input_shape``, or, for a tuple of shapes, one static
-    input per shape (:func:`input_names`), with the fused multi-head-attention fast path
-    off, which cannot be exported, and the symbolics of :mod:`.onnx_symbolics`
-    (``nn.RMSNorm``); returns ``path``."""
-    example = tuple(torch.from_numpy(x) for x in random_inputs(input_shape))
+    input per shape (:func:`input_names`), or for the tensors ``example_inputs`` given
+    instead (token ids), with the fused multi-head-attention fast path off, which cannot
+    be exported, and the symbolics of :mod:`.onnx_symbolics` (``nn.RMSNorm``); returns
+    ``path``."""
+    example = (tuple(example_inputs) if example_inputs is not None
+               else tuple(torch.from_numpy(x) for x in random_inputs(input_shape)))
     fastpath = torch.backends.mha.get_fastpath_enabled()
     torch.backends.mha.set_fastpath_enabled(False)   # its fused kernel has no ONNX export (ViT's attention)
     try:
