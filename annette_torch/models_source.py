@@ -79,14 +79,19 @@ class ResolvedModel:
 
 def _build(make: Callable[[], nn.Module], device: str) -> nn.Module:
     """``make()`` on ``device`` ("meta": no weights, no memory), or on the CPU when its
-    constructor needs real tensors (``.tolist()`` of a computed width); in eval mode."""
+    constructor needs real tensors (``.tolist()`` of a computed width); in eval mode. Real
+    weights come from a fixed seed (the process's random state is left as it was), so a
+    forward whose path depends on data (detection post-processing) takes the same path
+    every time and one spec gets one estimate."""
     if device == "meta":
         try:
             with torch.device("meta"):
                 return make().eval()
         except (NotImplementedError, RuntimeError):
             pass
-    return make().eval()
+    with torch.random.fork_rng(devices=()):
+        torch.manual_seed(0)
+        return make().eval()
 
 
 def _torchvision(name: str, device: str) -> ResolvedModel:

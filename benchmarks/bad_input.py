@@ -679,7 +679,7 @@ def _estimate_cases() -> list[Case]:
              match=("NoMetaKernel", "MiB", "leaf_modules=")),
         Case("resources", "data-dependent activations over the limit",
              trace_case(lambda: Branchy(channels=80), input_shape=(1, 3, 2048, 2048)),
-             match=("Branchy", "activations up to the failing call", "leaf_modules=")),
+             match=("Branchy", "activations alive at the failing call", "leaf_modules=")),
         Case("resources", "estimate --input-shape of 825 GB allocates nothing",
              lambda f: "ms" in estimate_cli("--input-shape", "1,3,262144,262144")(f), expect="check"),
         Case("resources", "meta example inputs: the real fallback makes its zeros",

@@ -120,6 +120,31 @@ def test_the_real_tensor_fallback_stops_at_its_memory_limit(monkeypatch):
     assert trace(Widening(), input_shape=(1, 3, 200, 200)).method == "fx-real"
 
 
+class LongChain(torch.nn.Module):
+    """Twelve activations the size of the input, each read only by the next, then an op
+    without a meta kernel."""
+
+    def __init__(self, branch: bool = False) -> None:
+        super().__init__()
+        self.branch = branch  # on data (FX cannot trace it): the eager capture runs it
+
+    def forward(self, x):
+        if self.branch and float(x.sum()) < 0:
+            x = -x
+        for _ in range(12):
+            x = x + 1
+        return x.sum().reshape(1).nonzero()
+
+
+def test_the_memory_limit_counts_what_the_run_holds_alive_not_all_it_made(monkeypatch):
+    from annette_torch.graph import eager_capture, fx_capture, trace
+    monkeypatch.setattr(fx_capture, "REAL_RUN_MAX_BYTES", 2 ** 21)     # 2 MiB: 4 activations of 0.46 MiB
+    monkeypatch.setattr(eager_capture, "REAL_RUN_MAX_BYTES", 2 ** 21)
+    assert trace(LongChain(), input_shape=(1, 3, 200, 200)).method == "fx-real"      # 5.5 MiB made in all
+    with pytest.warns(UserWarning, match="captured one eager forward pass"):
+        assert trace(LongChain(branch=True), input_shape=(1, 3, 200, 200)).method == "eager-real"
+
+
 def test_store_reading_is_unchanged_for_good_files(tmp_path):
     from annette_torch.calibration import load_measurements
     store = bad_input.make_store(tmp_path, 2)

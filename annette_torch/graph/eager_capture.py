@@ -8,6 +8,7 @@ written tensor's later readers depend on it. The graph is the path the given inp
 """
 from __future__ import annotations
 
+import weakref
 from typing import Any, Callable
 
 import torch
@@ -27,8 +28,8 @@ class _Recorder(TorchFunctionMode):
         self.weights = weights
         self.held = held or HeldTensors()  # counts what the run keeps alive
         self.prefix = prefix  # names layers "prefix" + op instead of "module.path.op"
-        self.sources: dict[int, tuple[str, ...]] = {}
-        self.alive: list[Any] = []  # keeps recorded tensors alive so ids stay unique
+        self.sources: dict[int, tuple[str, ...]] = {}  # by tensor id, while the tensor lives
+        self._watched: dict[int, weakref.ref] = {}  # drop a source once its tensor is freed (ids are reused)
         self.layers: list[Layer] = []
         self.written: list[str] = []  # layers an in-place write reads or is
         self.depth = 0  # > 0 while inside a leaf module
@@ -42,6 +43,17 @@ class _Recorder(TorchFunctionMode):
         if id(tensor) in self.weights or isinstance(tensor, nn.Parameter):
             return None
         return ()
+
+    def set_source(self, tensor: torch.Tensor, source: tuple[str, ...]) -> None:
+        """Record that ``tensor`` holds data from the layers ``source``, for as long as it lives."""
+        key = id(tensor)
+        self.sources[key] = source
+        if key not in self._watched:
+            self._watched[key] = weakref.ref(tensor, lambda _ref: self._forget(key))
+
+    def _forget(self, key: int) -> None:
+        self.sources.pop(key, None)
+        self._watched.pop(key, None)
 
     def unique(self, base: str) -> str:
         base = base.replace(".", "_") or "layer"
@@ -59,8 +71,7 @@ class _Recorder(TorchFunctionMode):
         layer = build_layer(record)
         self.layers.append(layer)
         for t in tensor_leaves(output):
-            self.sources[id(t)] = (layer.name,)
-            self.alive.append(t)
+            self.set_source(t, (layer.name,))
         self.held.add(output, f"layer '{layer.name}'")
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
@@ -88,8 +99,7 @@ class _Recorder(TorchFunctionMode):
         also depend on ``writer`` from now on."""
         for t in (tensor, tensor._base):
             if t is not None and (writer or self.source_of(t) is not None):
-                self.sources[id(t)] = tuple(dict.fromkeys((self.source_of(t) or ()) + writer))
-                self.alive.append(t)
+                self.set_source(t, tuple(dict.fromkeys((self.source_of(t) or ()) + writer)))
 
 
 def record_call(fn: Callable, args: tuple, kwargs: dict,
@@ -103,7 +113,9 @@ def record_call(fn: Callable, args: tuple, kwargs: dict,
     layers in-place writes involve.
     """
     recorder = _Recorder({id(t) for t, src in inputs if src is None}, prefix=f"{name}/")
-    recorder.sources.update((id(t), src) for t, src in inputs if src is not None)
+    for tensor, source in inputs:
+        if source is not None:
+            recorder.set_source(tensor, source)
     recorder.stack.append(path)
     with torch.no_grad(), recorder:
         result = fn(*args, **kwargs)

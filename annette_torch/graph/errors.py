@@ -1,6 +1,8 @@
 """Errors raised while capturing a model, each naming the module/layer and what to do."""
 from __future__ import annotations
 
+import functools
+import weakref
 from typing import Any
 
 import torch
@@ -54,29 +56,35 @@ class RealRunTooLarge(TraceError):
 
 
 class HeldTensors:
-    """Counts the bytes of the tensors a capture run keeps alive (each tensor once, views
-    not at all); with ``limit``, raises :class:`RealRunTooLarge` once they pass it."""
+    """Counts the bytes of the tensors a capture run holds alive: each tensor from when it
+    is added until it is freed, views not at all. With ``limit``, raises
+    :class:`RealRunTooLarge` once they pass it."""
 
     def __init__(self, limit: int | None = None) -> None:
         self.limit = limit
         self.bytes = 0
-        self._seen: set[int] = set()
+        self._alive: dict[int, weakref.ref] = {}
 
     def add(self, value: Any, where: str) -> None:
         """Count the tensors of ``value`` (produced at ``where``, e.g. "layer 'conv1'")."""
         for tensor in tree_leaves(value):
-            if isinstance(tensor, torch.Tensor) and tensor._base is None and id(tensor) not in self._seen:
-                self._seen.add(id(tensor))
-                self.bytes += tensor.numel() * tensor.element_size()
+            if isinstance(tensor, torch.Tensor) and tensor._base is None and id(tensor) not in self._alive:
+                size = tensor.numel() * tensor.element_size()
+                self._alive[id(tensor)] = weakref.ref(tensor, functools.partial(self._freed, id(tensor), size))
+                self.bytes += size
         if self.limit is not None and self.bytes > self.limit:
             raise RealRunTooLarge(f"the real-tensor fallback would hold more than {self.limit / 2 ** 20:.0f} MiB "
                                   f"({self.bytes / 2 ** 20:.0f} MiB at {where}); refused. {_HINT}")
 
+    def _freed(self, key: int, size: int, _ref: weakref.ref) -> None:
+        self._alive.pop(key, None)
+        self.bytes -= size
+
 
 def check_real_run(inputs: Any, meta_held_bytes: int) -> None:
     """:class:`RealRunTooLarge` before a real-tensor fallback whose inputs pass
-    :data:`REAL_RUN_MAX_INPUT_BYTES` or whose failed meta run already held more than
-    :data:`REAL_RUN_MAX_BYTES`."""
+    :data:`REAL_RUN_MAX_INPUT_BYTES` or whose failed meta run held more than
+    :data:`REAL_RUN_MAX_BYTES` alive when it failed."""
     tensors = [t for t in tree_leaves(inputs) if isinstance(t, torch.Tensor)]
     size = sum(t.numel() * t.element_size() for t in tensors)
     if size > REAL_RUN_MAX_INPUT_BYTES:
@@ -86,6 +94,6 @@ def check_real_run(inputs: Any, meta_held_bytes: int) -> None:
             f"{REAL_RUN_MAX_INPUT_BYTES / 2 ** 20:.0f} MiB allowed for it; refused. {_HINT}")
     if meta_held_bytes > REAL_RUN_MAX_BYTES:
         raise RealRunTooLarge(
-            f"the meta-device trace failed and the fallback runs real tensors, but the activations up to "
+            f"the meta-device trace failed and the fallback runs real tensors, but the activations alive at "
             f"the failing call already take {meta_held_bytes / 2 ** 20:.0f} MiB, more than the "
             f"{REAL_RUN_MAX_BYTES / 2 ** 20:.0f} MiB allowed; refused. {_HINT}")

@@ -139,7 +139,7 @@ def run_graph(graph: fx.Graph, root: nn.Module, inputs: list[torch.Tensor],
 
     Raises :class:`LayerExecutionError` naming the first node that fails (with the bytes
     the run held by then), and on a real device :class:`RealRunTooLarge` once the inputs
-    and results it holds pass the limit.
+    and results it holds alive pass the limit (a result is freed after its last reader).
     """
     from .eager_capture import record_call  # eager_capture imports this module
 
@@ -155,11 +155,17 @@ def run_graph(graph: fx.Graph, root: nn.Module, inputs: list[torch.Tensor],
     outputs: tuple[str, ...] = ()
     written: list[str] = []
     placeholders = iter(inputs)
+    done_after: dict[int, list[fx.Node]] = {}  # by position: the nodes no later node reads
+    last_read = {used: index for index, node in enumerate(graph.nodes) for used in _node_leaves((node.args, node.kwargs))}
+    for used, index in last_read.items():
+        done_after.setdefault(index, []).append(used)
 
     def load(n: Any) -> Any:
         return env[n] if isinstance(n, fx.Node) else n
 
-    for node in graph.nodes:
+    for index, node in enumerate(graph.nodes):
+        for done in done_after.pop(index - 1, ()):  # free results no one reads any more
+            env.pop(done, None)
         if node.op == "placeholder":
             try:
                 env[node] = next(placeholders)
