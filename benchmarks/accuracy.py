@@ -564,8 +564,8 @@ def main() -> None:
     except ResultsError as error:
         raise SystemExit(str(error)) from None
     print(f"measuring took {time.perf_counter() - start:.0f} s; median spread {measured['spread'].median():.3f}")
-    for failure in failures:
-        print(f"measure failed: {failure}")
+    for failure in failures:        # the first line: an exporter's message goes on with its whole TorchScript graph
+        print(f"measure failed: {failure.strip().splitlines()[0] if failure.strip() else failure}")
     if measured.empty:
         raise SystemExit("no measurements to evaluate")
     summary = evaluate(args.profile, nets, measured, statistic=protocol.statistic, measured_kernels=args.measured)

@@ -30,6 +30,12 @@ for backend in openvino-cpu onnxruntime-cpu torch-cpu; do
     calibrate --backend "$backend" --sweep full --threads 1
 done
 calibrate --backend openvino-cpu    --sweep quick --threads 2
+# 2026-12-01 (session 4): the shape-kind families appended to full and quick (upsample, pad,
+# adaptive_pool, split, conv_transpose: kinds the profiles had answered with their default)
+for backend in openvino-cpu onnxruntime-cpu torch-cpu; do
+    calibrate --backend "$backend" --sweep full --threads 1
+done
+calibrate --backend openvino-cpu    --sweep quick --threads 2
 # training passes (forward + backward per layer; optimizer steps timed into the store first)
 for sweep in training training-large training-stem; do
     calibrate --backend torch-cpu-train --sweep "$sweep" --threads 1 --warmup 2 --repeats 7

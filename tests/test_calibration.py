@@ -104,12 +104,28 @@ def test_sweep_sets_its_own_size_limits(tmp_path):
     (BenchmarkSpec("branch_concat", {"h": 8, "c": 8, "f": 4, "k": 3}), ["conv", "relu", "conv", "relu", "concat"]),
     (BenchmarkSpec("mlp", {"c": 16, "f": 32, "h": 4}), ["linear", "gelu", "linear"]),
     (BenchmarkSpec("norm", {"h": 4, "c": 16, "op": "layernorm"}), ["layer_norm"]),
+    (BenchmarkSpec("upsample", {"h": 8, "c": 8, "op": "bilinear", "stride": 4}), ["conv", "upsample"]),
+    (BenchmarkSpec("pad", {"h": 8, "c": 8, "k": 2, "op": "reflect"}), ["conv", "pad"]),
+    (BenchmarkSpec("adaptive_pool", {"h": 12, "c": 8, "k": 3, "op": "max"}), ["conv", "adaptive_max_pool"]),
+    (BenchmarkSpec("split", {"h": 8, "c": 10, "groups": 3, "op": "dw"}),
+     ["conv", "split", "depthwise_conv", "depthwise_conv", "depthwise_conv", "concat"]),
+    (BenchmarkSpec("split", {"h": 8, "c": 10, "groups": 2, "op": "none"}), ["conv", "split", "concat"]),
+    (BenchmarkSpec("conv_transpose", {"h": 8, "c": 8, "f": 4, "k": 2}), ["conv", "conv_transpose"]),
 ])
 def test_generator_builds_the_layers_it_names(spec, kinds):
     model, shape = build_benchmark(spec)
     graph = at.trace(model, input_shape=shape)
     assert [layer.kind for layer in graph.layers if not layer.free] == kinds
     assert all(layer.module_path for layer in graph.layers)             # every layer leads back to a module
+
+
+def test_shape_families_refuse_what_they_cannot_build():
+    with pytest.raises(ValueError, match="adaptive_pool needs an input 10x10 that k=3 divides"):
+        build_benchmark(BenchmarkSpec("adaptive_pool", {"h": 10, "c": 8, "k": 3}))
+    with pytest.raises(ValueError, match="split needs 2 to c=4 parts, got groups=5"):
+        build_benchmark(BenchmarkSpec("split", {"h": 8, "c": 4, "groups": 5, "op": "dw"}))
+    with pytest.raises(ValueError, match="upsample op must be one of nearest/bilinear"):
+        build_benchmark(BenchmarkSpec("upsample", {"h": 8, "c": 8, "op": "bicubic"}))
 
 
 def test_estimated_size_matches_the_traced_network():

@@ -16,7 +16,9 @@ Context families (layers as real networks hold them, read from a conv's output):
 pre-activation BN-ReLU), ``attention`` (ViT), ``window_attention`` (Swin),
 ``branch_sum`` (a NAS cell's node summing pool and skip branches), ``inverted_residual``
 (MobileNetV2's block after a conv: its depthwise conv reads a blocked conv output, as in
-a network, not the network's input).
+a network, not the network's input), and the shape kinds after a 1x1 conv: ``upsample``,
+``pad``, ``adaptive_pool``, ``split`` (channel groups through their own op, concatenated
+back) and ``conv_transpose``.
 Transformer blocks as timm and HuggingFace write them: ``sdpa`` (timm's attention around
 ``F.scaled_dot_product_attention``; plain, causal, masked, rotary), ``decoder_attention``
 (prefill of ``h`` tokens, or decode of one over a cache of ``h`` given as inputs: the
@@ -822,4 +824,125 @@ def inverted_residual(p: dict[str, Any]) -> tuple[nn.Module, tuple[int, ...]]:
     channels (default ``c``, with the residual add at stride 1), ``k`` the depthwise kernel."""
     expansion, act = _expansion_act(p["op"])
     return (_InvertedResidual(p["c"], p["f"] or p["c"], p["k"], p["stride"], expansion, act),
+            (p["n"], p["c"], p["h"], p["w"]))
+
+
+#: the resampling modes of ``upsample`` (segmentation heads and feature pyramids use these)
+UPSAMPLE_MODES = ("nearest", "bilinear")
+#: the paddings of ``pad``: constant zeros, reflection, replication
+PAD_MODES = {"zeros": nn.ZeroPad2d, "reflect": nn.ReflectionPad2d, "replicate": nn.ReplicationPad2d}
+
+
+def _after_conv(c: int, layer_name: str, layer: nn.Module) -> nn.Sequential:
+    """A 1x1 conv (so ``layer`` reads a conv's output, as inside a network), then ``layer``."""
+    net = nn.Sequential()
+    net.add_module("conv", nn.Conv2d(c, c, 1, bias=False))
+    net.add_module(layer_name, layer)
+    return net
+
+
+def _stem_size(p: dict[str, Any], out_elements: float) -> tuple[float, float]:
+    """(ops, largest activation) of a 1x1 stem conv on the input and a layer writing ``out_elements``."""
+    elems = float(p["n"] * p["c"] * p["h"] * p["w"])
+    return 2.0 * elems * p["c"], max(elems, out_elements)
+
+
+@family("upsample", ("h", "w", "c", "op"), {"stride": 2},
+        lambda p: _stem_size(p, float(p["n"] * p["c"] * p["h"] * p["w"] * p["stride"] ** 2)))
+def upsample(p: dict[str, Any]) -> tuple[nn.Module, tuple[int, ...]]:
+    """A 1x1 conv, then resampling by ``stride`` (2: a feature pyramid's top-down path;
+    4, 8: a segmentation head back to the input size) with ``op`` from :data:`UPSAMPLE_MODES`."""
+    if p["op"] not in UPSAMPLE_MODES:
+        raise ValueError(f"upsample op must be one of {'/'.join(UPSAMPLE_MODES)}, got {p['op']!r}")
+    options = {"align_corners": False} if p["op"] == "bilinear" else {}
+    return (_after_conv(p["c"], "upsample", nn.Upsample(scale_factor=p["stride"], mode=p["op"], **options)),
+            (p["n"], p["c"], p["h"], p["w"]))
+
+
+@family("pad", ("h", "w", "c", "k"), {"op": "zeros"},
+        lambda p: _stem_size(p, float(p["n"] * p["c"] * (p["h"] + 2 * p["k"]) * (p["w"] + 2 * p["k"]))))
+def pad(p: dict[str, Any]) -> tuple[nn.Module, tuple[int, ...]]:
+    """A 1x1 conv, then ``k`` pixels of padding on every side (``op`` from :data:`PAD_MODES`),
+    as a standalone layer (the one a conv does not absorb)."""
+    if p["op"] not in PAD_MODES:
+        raise ValueError(f"pad op must be one of {'/'.join(PAD_MODES)}, got {p['op']!r}")
+    if p["op"] != "zeros" and p["k"] >= min(p["h"], p["w"]):
+        raise ValueError(f"{p['op']} padding {p['k']} needs an input larger than it, got {p['h']}x{p['w']}")
+    return _after_conv(p["c"], "pad", PAD_MODES[p["op"]](p["k"])), (p["n"], p["c"], p["h"], p["w"])
+
+
+@family("adaptive_pool", ("h", "w", "c", "k"), {"op": "avg"},
+        lambda p: _stem_size(p, float(p["n"] * p["c"] * p["k"] ** 2)))
+def adaptive_pool(p: dict[str, Any]) -> tuple[nn.Module, tuple[int, ...]]:
+    """A 1x1 conv, then adaptive average or max pooling (``op`` = avg|max) to ``k`` x ``k``
+    (PSPNet's bins, VGG's and AlexNet's pool before the classifier); ``k`` must divide the
+    input size, as the ONNX export requires."""
+    pool = {"avg": nn.AdaptiveAvgPool2d, "max": nn.AdaptiveMaxPool2d}.get(p["op"])
+    if pool is None:
+        raise ValueError(f"adaptive_pool op must be avg or max, got {p['op']!r}")
+    if p["h"] % p["k"] or p["w"] % p["k"]:  # the ONNX exporter takes no other output size
+        raise ValueError(f"adaptive_pool needs an input {p['h']}x{p['w']} that k={p['k']} divides")
+    return _after_conv(p["c"], "pool", pool(p["k"])), (p["n"], p["c"], p["h"], p["w"])
+
+
+def _split_sizes(c: int, parts: int) -> list[int]:
+    """``c`` channels in ``parts`` near-equal parts, the larger first (as MixNet splits)."""
+    if not 2 <= parts <= c:
+        raise ValueError(f"split needs 2 to c={c} parts, got groups={parts}")
+    return [c // parts + (i < c % parts) for i in range(parts)]
+
+
+class ChannelSplit(nn.Module):
+    """``torch.split`` along the channels into parts of ``sizes``, as its own layer."""
+
+    def __init__(self, sizes: list[int]) -> None:
+        super().__init__()
+        self.sizes = sizes
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return torch.split(x, self.sizes, dim=1)
+
+
+class _SplitMerge(nn.Module):
+    """A 1x1 conv, its output split into channel groups, each group through its own
+    ``op`` (``dw``: a 3x3 depthwise conv, as MixNet's mixed convs; ``none``), and the groups
+    concatenated back (in reverse order for ``none``, so the pair is not a no-op)."""
+
+    def __init__(self, c: int, parts: int, op: str) -> None:
+        super().__init__()
+        sizes = _split_sizes(c, parts)
+        if op not in ("dw", "none"):
+            raise ValueError(f"split op must be dw or none, got {op!r}")
+        self.conv = nn.Conv2d(c, c, 1, bias=False)
+        self.split = ChannelSplit(sizes)
+        self.branches = nn.ModuleList(nn.Conv2d(s, s, 3, 1, 1, groups=s, bias=False) if op == "dw" else nn.Identity()
+                                      for s in sizes)
+        self.reverse = op == "none"
+        self.concat = Concat()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        parts = self.split(self.conv(x))
+        order = range(len(self.branches) - 1, -1, -1) if self.reverse else range(len(self.branches))
+        return self.concat(*[self.branches[i](parts[i]) for i in order])
+
+
+@family("split", ("h", "w", "c", "groups", "op"), {}, lambda p: _stem_size(p, float(p["n"] * p["c"] * p["h"] * p["w"])))
+def split(p: dict[str, Any]) -> tuple[nn.Module, tuple[int, ...]]:
+    """A channel split in context (:class:`_SplitMerge`): ``groups`` parts, ``op`` what each
+    part goes through before the concat."""
+    return _SplitMerge(p["c"], int(p["groups"]), p["op"]), (p["n"], p["c"], p["h"], p["w"])
+
+
+def _conv_transpose_size(p: dict[str, Any]) -> tuple[float, float]:
+    stem_ops, largest = _stem_size(p, float(p["n"] * p["f"] * (p["h"] * p["stride"]) * (p["w"] * p["stride"])))
+    return stem_ops + 2.0 * p["n"] * p["h"] * p["w"] * p["c"] * p["f"] * p["k"] ** 2, largest
+
+
+@family("conv_transpose", ("h", "w", "c", "f", "k"), {"stride": 2}, _conv_transpose_size)
+def conv_transpose(p: dict[str, Any]) -> tuple[nn.Module, tuple[int, ...]]:
+    """A 1x1 conv, then a transposed conv ``c`` -> ``f`` with kernel ``k`` and ``stride``
+    (Mask R-CNN's mask head: k 2, stride 2; FCN-style upsampling: k 4, stride 2), padded
+    so that the output is ``stride`` times the input where the kernel allows it."""
+    padding = max(0, (p["k"] - p["stride"] + 1) // 2)
+    return (_after_conv(p["c"], "deconv", nn.ConvTranspose2d(p["c"], p["f"], p["k"], p["stride"], padding, bias=False)),
             (p["n"], p["c"], p["h"], p["w"]))

@@ -125,11 +125,16 @@ def _optional_field(data: dict, name: str, build, source: str):
 #: kernel kind -> kinds doing the same work, whose models answer it when a profile has none
 #: of its own (the report's ``profile_entry`` names the one that did): an elementwise
 #: subgraph or a unary op is one pass over its inputs and outputs, as an add or a multiply;
-#: an embedding copies the rows it gathers, as a slice or a concat copies; a reduction over
-#: a dimension reads its input once, as a global pool. (Not a split: OpenVINO runs most
-#: splits in place, but a partial slice as a copy, and a slice model gave MixNet's channel
-#: splits 17 ms of 9 measured.)
+#: so are a division and a comparison (OpenVINO runs a division by a constant as a
+#: multiply); a clamp is ReLU6's computation with other bounds; an einsum of two operands
+#: is a batched matrix product (MaxViT's and MViT's attention); an embedding copies the
+#: rows it gathers, as a slice or a concat copies; a reduction over a dimension reads its
+#: input once, as a global pool. (Not a split: OpenVINO runs most splits in place, but a
+#: partial slice as a copy, and a slice model gave MixNet's channel splits 17 ms of 9
+#: measured; splits have their own calibration family.)
 STAND_INS: dict[str, tuple[str, ...]] = {ELEMENTWISE_SUBGRAPH: ("add", "mul"), "unary": ("mul", "add"),
+                                         "div": ("mul", "sub"), "compare": ("sub", "mul"),
+                                         "clamp": ("relu6", "relu"), "einsum": ("matmul",),
                                          "embedding": ("slice", "concat"), "reduce": ("global_avg_pool",)}
 
 
