@@ -522,6 +522,10 @@ def plot(summary: dict, path: str) -> None:
 
 
 def main() -> None:
+    # torch's TorchScript exporter logs its whole IR graph on a failed export, to stdout
+    # (its logging switch is always on: setup_onnx_logging tests the function, not its
+    # result); in this script's process, send that log to stderr, away from the tables
+    torch._C._jit_set_onnx_log_output_stream("stderr")
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backend", default="openvino-cpu")
     parser.add_argument("--threads", type=int, default=1)
