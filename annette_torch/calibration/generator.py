@@ -699,17 +699,27 @@ def decoder_attention(p: dict[str, Any]) -> tuple[nn.Module, tuple[int, ...] | t
     return _DecoderAttention(n, c, heads, decode=True), ((n, 1, c), cache, cache)
 
 
+def _after_conv(c: int, layer_name: str, layer: nn.Module) -> nn.Sequential:
+    """A 1x1 conv (so ``layer`` reads a conv's output, as inside a network), then ``layer``."""
+    net = nn.Sequential()
+    net.add_module("conv", nn.Conv2d(c, c, 1, bias=False))
+    net.add_module(layer_name, layer)
+    return net
+
+
+def _stem_size(p: dict[str, Any], out_elements: float) -> tuple[float, float]:
+    """(ops, largest activation) of a 1x1 stem conv on the input and a layer writing ``out_elements``."""
+    elems = float(p["n"] * p["c"] * p["h"] * p["w"])
+    return 2.0 * elems * p["c"], max(elems, out_elements)
+
+
 @family("conv_pool", ("h", "w", "c", "k", "op"), {"stride": 2},
-        lambda p: (2.0 * p["n"] * p["c"] ** 2 * p["h"] * p["w"], float(p["n"] * p["c"] * p["h"] * p["w"])))
+        lambda p: _stem_size(p, float(p["n"] * p["c"] * p["h"] * p["w"])))
 def conv_pool(p: dict[str, Any]) -> tuple[nn.Module, tuple[int, ...]]:
     """A 1x1 conv, then max or average pooling (``op`` = max|avg) with window ``k``,
     ``stride`` and padding ``(k - 1) // 2``: overlapping pools as ResNet's stem, GoogLeNet
     and SqueezeNet have them, reading a conv's output as inside a network."""
-    pool = _pool_layer("conv_pool", p, (p["k"] - 1) // 2)
-    net = nn.Sequential()
-    net.add_module("conv", nn.Conv2d(p["c"], p["c"], 1, bias=False))
-    net.add_module("pool", pool)
-    return net, (p["n"], p["c"], p["h"], p["w"])
+    return _after_conv(p["c"], "pool", _pool_layer("conv_pool", p, (p["k"] - 1) // 2)), (p["n"], p["c"], p["h"], p["w"])
 
 
 class Scale(nn.Module):
@@ -756,8 +766,7 @@ class _BranchSum(nn.Module):
         return self.act(total)
 
 
-@family("branch_sum", ("h", "w", "c", "op"), {},
-        lambda p: (2.0 * p["n"] * p["c"] ** 2 * p["h"] * p["w"], float(p["n"] * p["c"] * p["h"] * p["w"])))
+@family("branch_sum", ("h", "w", "c", "op"), {}, lambda p: _stem_size(p, float(p["n"] * p["c"] * p["h"] * p["w"])))
 def branch_sum(p: dict[str, Any]) -> tuple[nn.Module, tuple[int, ...]]:
     """A 1x1 conv, then the sum of branches of its output, as a NAS cell's node sums its
     edges: ``op`` lists the branches joined by ``+`` (:data:`BRANCHES`: ``avgpool``: 3x3
@@ -831,20 +840,6 @@ def inverted_residual(p: dict[str, Any]) -> tuple[nn.Module, tuple[int, ...]]:
 UPSAMPLE_MODES = ("nearest", "bilinear")
 #: the paddings of ``pad``: constant zeros, reflection, replication
 PAD_MODES = {"zeros": nn.ZeroPad2d, "reflect": nn.ReflectionPad2d, "replicate": nn.ReplicationPad2d}
-
-
-def _after_conv(c: int, layer_name: str, layer: nn.Module) -> nn.Sequential:
-    """A 1x1 conv (so ``layer`` reads a conv's output, as inside a network), then ``layer``."""
-    net = nn.Sequential()
-    net.add_module("conv", nn.Conv2d(c, c, 1, bias=False))
-    net.add_module(layer_name, layer)
-    return net
-
-
-def _stem_size(p: dict[str, Any], out_elements: float) -> tuple[float, float]:
-    """(ops, largest activation) of a 1x1 stem conv on the input and a layer writing ``out_elements``."""
-    elems = float(p["n"] * p["c"] * p["h"] * p["w"])
-    return 2.0 * elems * p["c"], max(elems, out_elements)
 
 
 @family("upsample", ("h", "w", "c", "op"), {"stride": 2},
