@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pandas as pd
+import torch
 import pytest
 
 import annette_torch as at
@@ -111,6 +112,13 @@ def test_sweep_sets_its_own_size_limits(tmp_path):
      ["conv", "split", "depthwise_conv", "depthwise_conv", "depthwise_conv", "concat"]),
     (BenchmarkSpec("split", {"h": 8, "c": 10, "groups": 2, "op": "none"}), ["conv", "split", "concat"]),
     (BenchmarkSpec("conv_transpose", {"h": 8, "c": 8, "f": 4, "k": 2}), ["conv", "conv_transpose"]),
+    (BenchmarkSpec("topk", {"h": 8, "c": 3, "k": 50}), ["conv", "topk"]),
+    (BenchmarkSpec("sort", {"h": 8, "c": 2}), ["conv", "sort"]),
+    (BenchmarkSpec("unique", {"h": 8, "c": 2}), ["conv", "unique"]),
+    (BenchmarkSpec("nms", {"h": 8, "c": 16, "op": 0.7}), ["conv", "nms"]),
+    (BenchmarkSpec("roi_align", {"h": 16, "c": 8, "k": 7, "groups": 20}), ["conv", "roi_align"]),
+    (BenchmarkSpec("grid_sample", {"n": 30, "h": 12, "c": 1, "k": 7}), ["grid_sample"]),
+    (BenchmarkSpec("unfold", {"h": 8, "c": 2, "k": 3}), ["conv", "unfold"]),
 ])
 def test_generator_builds_the_layers_it_names(spec, kinds):
     model, shape = build_benchmark(spec)
@@ -126,6 +134,28 @@ def test_shape_families_refuse_what_they_cannot_build():
         build_benchmark(BenchmarkSpec("split", {"h": 8, "c": 4, "groups": 5, "op": "dw"}))
     with pytest.raises(ValueError, match="upsample op must be one of nearest/bilinear"):
         build_benchmark(BenchmarkSpec("upsample", {"h": 8, "c": 8, "op": "bicubic"}))
+    with pytest.raises(ValueError, match="topk k=300 exceeds the 192 scores it ranks"):
+        build_benchmark(BenchmarkSpec("topk", {"h": 8, "c": 3, "k": 300}))
+    with pytest.raises(ValueError, match="nms op is the IoU threshold, a number in \\(0, 1\\), got 'high'"):
+        build_benchmark(BenchmarkSpec("nms", {"h": 8, "c": 16, "op": "high"}))
+    with pytest.raises(ValueError, match="unfold k must be odd"):
+        build_benchmark(BenchmarkSpec("unfold", {"h": 8, "c": 2, "k": 4}))
+
+
+def test_selection_families_run_on_fixed_data():
+    """The boxes, RoIs and grids are buffers drawn from the benchmark's seed: two builds
+    keep the same boxes, and the shapes are the ones the kinds are counted from."""
+    spec = BenchmarkSpec("nms", {"h": 6, "w": 5, "c": 16})
+    (first, shape), (second, _) = build_benchmark(spec), build_benchmark(spec)
+    assert torch.equal(first.nms.boxes, second.nms.boxes) and first.nms.boxes.shape == (30, 4)
+    keep = first(torch.randn(shape))
+    assert keep.dtype == torch.int64 and 1 <= len(keep) <= 30
+    model, shape = build_benchmark(BenchmarkSpec("roi_align", {"h": 16, "c": 8, "k": 7, "groups": 20}))
+    rois = model.roi_align.rois
+    assert rois.shape == (20, 5) and (rois[:, 3] > rois[:, 1]).all() and (rois[:, 3:] <= 16).all()
+    assert model(torch.randn(shape)).shape == (20, 8, 7, 7)
+    model, shape = build_benchmark(BenchmarkSpec("grid_sample", {"n": 30, "h": 12, "c": 1, "k": 9}))
+    assert model(torch.randn(shape)).shape == (30, 1, 9, 9) and model.grid_sample.grid.abs().max() <= 1
 
 
 def test_estimated_size_matches_the_traced_network():

@@ -34,6 +34,8 @@ FAMILY_KINDS = [
      DECODER + ["attention", "permute", "linear"]),
     (BenchmarkSpec("decoder_attention", {"h": 16, "c": 32, "groups": 4, "op": "decode"}),
      DECODER + ["concat", "concat", "attention", "permute", "linear"]),
+    (BenchmarkSpec("decoder_attention", {"h": 16, "c": 32, "groups": 4, "k": 2, "op": "prefill"}),   # GQA: repeat_kv
+     DECODER + ["slice", "slice", "attention", "permute", "linear"]),
     (BenchmarkSpec("mlp", {"h": 16, "c": 32, "f": 64, "op": "swiglu"}), ["linear", "silu", "linear", "mul", "linear"]),
     (BenchmarkSpec("norm", {"h": 128, "w": 1, "c": 128, "op": "rmsnorm"}), ["rms_norm"]),   # OpenVINO calls sub-µs kernels NOT_RUN
 ]
@@ -66,6 +68,12 @@ def test_attention_variants_count_what_they_attend_over():
     (step,) = [l for l in decode[2].layers if l.kind == "attention"]
     assert (step.counts.dims["h"], step.counts.dims["w"]) == (1, 17)         # 1 query over 16 cached keys and its own
     assert len(decode[2].input_shapes) == 3
+    gqa = traced(BenchmarkSpec("decoder_attention", {"h": 16, "c": 32, "groups": 4, "k": 2, "op": "decode"}))
+    assert gqa[1] == ((1, 1, 32), (1, 2, 16, 8), (1, 2, 16, 8))              # caches of the 2 key/value heads
+    (step,) = [l for l in gqa[2].layers if l.kind == "attention"]
+    assert step.counts.dims["n"] == 4                                         # all 4 query heads attend
+    with pytest.raises(ValueError, match="groups=4 heads to be a multiple of k=3 key/value heads"):
+        build_benchmark(BenchmarkSpec("decoder_attention", {"h": 16, "c": 48, "groups": 4, "k": 3, "op": "decode"}))
 
 
 def test_rms_norm_is_its_own_kind():

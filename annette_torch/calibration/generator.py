@@ -19,6 +19,9 @@ pre-activation BN-ReLU), ``attention`` (ViT), ``window_attention`` (Swin),
 a network, not the network's input), and the shape kinds after a 1x1 conv: ``upsample``,
 ``pad``, ``adaptive_pool``, ``split`` (channel groups through their own op, concatenated
 back) and ``conv_transpose``.
+Selection and sampling (detection post-processing, RAFT), on fixed seeded data:
+``topk``, ``sort``, ``unique``, ``nms`` (anchor boxes scored by a conv), ``roi_align``,
+``grid_sample`` and ``unfold``.
 Transformer blocks as timm and HuggingFace write them: ``sdpa`` (timm's attention around
 ``F.scaled_dot_product_attention``; plain, causal, masked, rotary), ``decoder_attention``
 (prefill of ``h`` tokens, or decode of one over a cache of ``h`` given as inputs: the
@@ -645,22 +648,42 @@ def sdpa(p: dict[str, Any]) -> tuple[nn.Module, tuple[int, ...]]:
     return _SdpaAttention(p["h"], p["c"], p["groups"], p["op"]), (p["n"], p["h"], p["c"])
 
 
+class _RepeatKV(nn.Module):
+    """HuggingFace's ``repeat_kv``: each of the (n, kv_heads, tokens, d) key or value heads
+    repeated ``times`` over the query heads it serves (expand, then a reshape that copies)."""
+
+    def __init__(self, times: int) -> None:
+        super().__init__()
+        self.times = times
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        n, kv_heads, tokens, d = x.shape
+        return x[:, :, None, :, :].expand(n, kv_heads, self.times, tokens, d).reshape(n, kv_heads * self.times, tokens, d)
+
+
 class _DecoderAttention(nn.Module):
     """A Llama-style decoder's attention without a KV-cache module: q/k/v projections
     (no biases), heads split by reshape + transpose, scaled-dot-product attention and the
     output projection. Prefill: causal attention of the ``tokens`` inputs among
     themselves. Decode: one token whose k/v are concatenated to the cache given as the
-    second and third inputs (n, heads, cache, d), then attention of 1 query over them."""
+    second and third inputs (n, kv_heads, cache, d), then attention of 1 query over them.
+    With fewer ``kv_heads`` than ``heads`` (grouped-query attention, Llama 3, Mistral) the
+    k/v projections are narrower and their heads are repeated before the attention, as
+    HuggingFace's SDPA attention does when it is given a mask."""
 
-    def __init__(self, n: int, c: int, heads: int, decode: bool) -> None:
+    def __init__(self, n: int, c: int, heads: int, decode: bool, kv_heads: int | None = None) -> None:
         super().__init__()
-        d = c // heads
+        d, kv_heads = c // heads, kv_heads or heads
         self.decode = decode
-        self.q_proj, self.k_proj, self.v_proj = (nn.Linear(c, c, bias=False) for _ in range(3))
-        self.q_heads, self.k_heads, self.v_heads = (_Call("reshape", n, -1, heads, d) for _ in range(3))
+        self.q_proj = nn.Linear(c, c, bias=False)
+        self.k_proj, self.v_proj = (nn.Linear(c, kv_heads * d, bias=False) for _ in range(2))
+        self.q_heads = _Call("reshape", n, -1, heads, d)
+        self.k_heads, self.v_heads = (_Call("reshape", n, -1, kv_heads, d) for _ in range(2))
         self.q_transpose, self.k_transpose, self.v_transpose = (_Call("transpose", 1, 2) for _ in range(3))
         if decode:
             self.k_cat, self.v_cat = Concat(dim=2), Concat(dim=2)
+        if kv_heads != heads:
+            self.k_repeat, self.v_repeat = _RepeatKV(heads // kv_heads), _RepeatKV(heads // kv_heads)
         self.sdpa = _SDPA(causal=not decode)
         self.transpose = _Call("transpose", 1, 2)
         self.merge_heads = _Call("flatten", 2)
@@ -673,30 +696,38 @@ class _DecoderAttention(nn.Module):
         v = self.v_transpose(self.v_heads(self.v_proj(x)))
         if self.decode:
             k, v = self.k_cat(k_cache, k), self.v_cat(v_cache, v)
+        if hasattr(self, "k_repeat"):
+            k, v = self.k_repeat(k), self.v_repeat(v)
         return self.o_proj(self.merge_heads(self.transpose(self.sdpa(q, k, v))))
 
 
 def _decoder_size(p: dict[str, Any]) -> tuple[float, float]:
     n, h, c = p["n"], p["h"], p["c"]
+    kv = c * (p["k"] or p["groups"]) // p["groups"]      # the k/v projections' width
+    projections = 2 * c + 2 * kv
     if p["op"] == "decode":        # one token over the h cached and its own key
-        return 2.0 * n * c * (4 * c + 2 * (h + 1)), float(n * (h + 1) * c)
-    return 2.0 * n * h * c * (4 * c + 2 * h), float(n * max(p["groups"] * h * h, h * c))
+        return 2.0 * n * c * (projections + 2 * (h + 1)), float(n * (h + 1) * c)
+    return 2.0 * n * h * c * (projections + 2 * h), float(n * max(p["groups"] * h * h, h * c))
 
 
-@family("decoder_attention", ("h", "c", "groups", "op"), {}, _decoder_size)
+@family("decoder_attention", ("h", "c", "groups", "op"), {"k": None}, _decoder_size)
 def decoder_attention(p: dict[str, Any]) -> tuple[nn.Module, tuple[int, ...] | tuple[tuple[int, ...], ...]]:
     """A decoder's attention block (:class:`_DecoderAttention`) with ``groups`` heads of
-    width ``c`` / ``groups``: ``op`` = ``prefill`` runs ``h`` tokens (causal), ``decode``
-    one token with a cache of ``h`` tokens, whose inputs are the token (n, 1, c) and the
-    k and v caches (n, groups, h, c / groups)."""
+    width ``c`` / ``groups`` and ``k`` key/value heads (default ``groups``; fewer:
+    grouped-query attention, ``groups`` a multiple of ``k``): ``op`` = ``prefill`` runs ``h``
+    tokens (causal), ``decode`` one token with a cache of ``h`` tokens, whose inputs are the
+    token (n, 1, c) and the k and v caches (n, k, h, c / groups)."""
     if p["op"] not in ("prefill", "decode"):
         raise ValueError(f"decoder_attention op must be prefill or decode, got {p['op']!r}")
     _check_heads("decoder_attention", p["c"], p["groups"])
     n, h, c, heads = p["n"], p["h"], p["c"], p["groups"]
+    kv_heads = p["k"] or heads
+    if heads % kv_heads:
+        raise ValueError(f"decoder_attention needs groups={heads} heads to be a multiple of k={kv_heads} key/value heads")
     if p["op"] == "prefill":
-        return _DecoderAttention(n, c, heads, decode=False), (n, h, c)
-    cache = (n, heads, h, c // heads)
-    return _DecoderAttention(n, c, heads, decode=True), ((n, 1, c), cache, cache)
+        return _DecoderAttention(n, c, heads, decode=False, kv_heads=kv_heads), (n, h, c)
+    cache = (n, kv_heads, h, c // heads)
+    return _DecoderAttention(n, c, heads, decode=True, kv_heads=kv_heads), ((n, 1, c), cache, cache)
 
 
 def _after_conv(c: int, layer_name: str, layer: nn.Module) -> nn.Sequential:
@@ -941,3 +972,185 @@ def conv_transpose(p: dict[str, Any]) -> tuple[nn.Module, tuple[int, ...]]:
     padding = max(0, (p["k"] - p["stride"] + 1) // 2)
     return (_after_conv(p["c"], "deconv", nn.ConvTranspose2d(p["c"], p["f"], p["k"], p["stride"], padding, bias=False)),
             (p["n"], p["c"], p["h"], p["w"]))
+
+
+# --- selection and sampling: detection heads' post-processing and RAFT's lookups, each after
+# a 1x1 conv as in the network; their data (boxes, RoIs, sampling grids) are fixed buffers drawn
+# from the benchmark's seed, so a benchmark runs on the same data every time.
+
+class TopK(nn.Module):
+    """The values of ``torch.topk(x, k, dim=1)``, as its own layer."""
+
+    def __init__(self, k: int) -> None:
+        super().__init__()
+        self.k = k
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.topk(x, self.k, dim=1).values
+
+
+class Sort(nn.Module):
+    """The values of ``torch.sort(x, dim=1, descending=True)``, as its own layer."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.sort(x, dim=1, descending=True).values
+
+
+class Unique(nn.Module):
+    """``torch.unique(x)`` (sorted), as its own layer."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.unique(x)
+
+
+def _ranked(p: dict[str, Any], name: str, layer: nn.Module) -> tuple[nn.Module, tuple[int, ...]]:
+    """A 1x1 conv, its output flattened per image, then ``layer`` (named ``name``)."""
+    net = nn.Sequential()
+    net.add_module("conv", nn.Conv2d(p["c"], p["c"], 1, bias=False))
+    net.add_module("flatten", nn.Flatten(1))
+    net.add_module(name, layer)
+    return net, (p["n"], p["c"], p["h"], p["w"])
+
+
+def _ranked_size(p: dict[str, Any]) -> tuple[float, float]:
+    return _stem_size(p, float(p["n"] * p["c"] * p["h"] * p["w"]))
+
+
+@family("topk", ("h", "w", "c", "k"), {}, _ranked_size)
+def topk(p: dict[str, Any]) -> tuple[nn.Module, tuple[int, ...]]:
+    """A 1x1 conv, then the ``k`` largest of its ``c*h*w`` outputs per image (a detection
+    head's pre-NMS top-k over anchors and classes)."""
+    if p["k"] > p["c"] * p["h"] * p["w"]:
+        raise ValueError(f"topk k={p['k']} exceeds the {p['c'] * p['h'] * p['w']} scores it ranks")
+    return _ranked(p, "topk", TopK(p["k"]))
+
+
+@family("sort", ("h", "w", "c"), {}, _ranked_size)
+def sort(p: dict[str, Any]) -> tuple[nn.Module, tuple[int, ...]]:
+    """A 1x1 conv, then its ``c*h*w`` outputs per image sorted in descending order."""
+    return _ranked(p, "sort", Sort())
+
+
+@family("unique", ("h", "w", "c"), {}, _ranked_size)
+def unique(p: dict[str, Any]) -> tuple[nn.Module, tuple[int, ...]]:
+    """A 1x1 conv, then the distinct values of its output, sorted (``torch.unique``)."""
+    return _ranked(p, "unique", Unique())
+
+
+#: anchor sizes (in grid cells), cycled over the positions, as a detection head's three scales
+_ANCHOR_CELLS = (1.0, 2.0, 4.0)
+
+
+def _anchors(h: int, w: int) -> torch.Tensor:
+    """(h*w, 4) boxes x1, y1, x2, y2: one square per cell of an ``h`` x ``w`` grid, of
+    :data:`_ANCHOR_CELLS` cells in turn, centred on the cell moved by up to half a cell
+    (seeded draw)."""
+    ys, xs = torch.meshgrid(torch.arange(h, dtype=torch.float32) + 0.5,
+                            torch.arange(w, dtype=torch.float32) + 0.5, indexing="ij")
+    centres = torch.stack([xs, ys], dim=-1).reshape(-1, 2)
+    centres = centres + torch.rand_like(centres) - 0.5
+    half = torch.tensor(_ANCHOR_CELLS).repeat(h * w // len(_ANCHOR_CELLS) + 1)[:h * w].unsqueeze(1) / 2
+    return torch.cat([centres - half, centres + half], dim=1)
+
+
+class NMS(nn.Module):
+    """``torchvision.ops.nms`` of fixed ``boxes`` ranked by ``scores``, as its own layer."""
+
+    def __init__(self, boxes: torch.Tensor, iou: float) -> None:
+        super().__init__()
+        self.register_buffer("boxes", boxes)
+        self.iou = iou
+
+    def forward(self, scores: torch.Tensor) -> torch.Tensor:
+        from torchvision.ops import nms
+        return nms(self.boxes, scores, self.iou)
+
+
+@family("nms", ("h", "w", "c"), {"op": "0.5"},
+        lambda p: (2.0 * p["h"] * p["w"] * p["c"], float(p["c"] * p["h"] * p["w"])))
+def nms(p: dict[str, Any]) -> tuple[nn.Module, tuple[int, ...]]:
+    """A 1x1 conv c -> 1 scores one anchor box per position (:func:`_anchors`), then
+    non-maximum suppression of the ``h*w`` boxes at IoU threshold ``op`` (0.5: a box
+    head's, 0.7: a region proposal network's); one image."""
+    try:
+        iou = float(p["op"])
+    except ValueError:
+        raise ValueError(f"nms op is the IoU threshold, a number in (0, 1), got {p['op']!r}") from None
+    if not 0 < iou < 1 or p["n"] != 1:
+        raise ValueError(f"nms needs an IoU threshold in (0, 1) and n=1, got op={p['op']!r}, n={p['n']}")
+    net = nn.Sequential()
+    net.add_module("conv", nn.Conv2d(p["c"], 1, 1, bias=False))
+    net.add_module("flatten", nn.Flatten(0))
+    net.add_module("nms", NMS(_anchors(p["h"], p["w"]), iou))
+    return net, (1, p["c"], p["h"], p["w"])
+
+
+class RoIAlign(nn.Module):
+    """``torchvision.ops.roi_align`` of fixed ``rois`` to ``k`` x ``k`` with 2 samples per
+    bin side (as ``MultiScaleRoIAlign``), as its own layer."""
+
+    def __init__(self, rois: torch.Tensor, k: int) -> None:
+        super().__init__()
+        self.register_buffer("rois", rois)
+        self.k = k
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from torchvision.ops import roi_align
+        return roi_align(x, self.rois, self.k, 1.0, 2)
+
+
+def _rois(count: int, h: int, w: int) -> torch.Tensor:
+    """(count, 5) RoIs (image 0, x1, y1, x2, y2) inside an ``h`` x ``w`` map, each side
+    1/8 to 1/2 of the map's (seeded draw)."""
+    size = torch.rand(count, 2) * 0.375 + 0.125
+    corner = torch.rand(count, 2) * (1 - size)
+    scale = torch.tensor([float(w), float(h)])
+    return torch.cat([torch.zeros(count, 1), corner * scale, (corner + size) * scale], dim=1)
+
+
+@family("roi_align", ("h", "w", "c", "k", "groups"), {},
+        lambda p: _stem_size(p, float(p["groups"] * p["c"] * p["k"] ** 2)))
+def roi_align(p: dict[str, Any]) -> tuple[nn.Module, tuple[int, ...]]:
+    """A 1x1 conv, then ``groups`` RoIs pooled from its output to ``k`` x ``k`` (a box
+    head's 7x7, a mask head's 14x14); one image."""
+    if p["n"] != 1:
+        raise ValueError(f"roi_align benchmarks one image, got n={p['n']}")
+    return _after_conv(p["c"], "roi_align", RoIAlign(_rois(int(p["groups"]), p["h"], p["w"]), p["k"])), \
+        (1, p["c"], p["h"], p["w"])
+
+
+class GridSample(nn.Module):
+    """``F.grid_sample`` (bilinear, zeros padding) at a fixed ``grid``, as its own layer."""
+
+    def __init__(self, grid: torch.Tensor) -> None:
+        super().__init__()
+        self.register_buffer("grid", grid)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return nn.functional.grid_sample(x, self.grid, mode="bilinear", padding_mode="zeros", align_corners=True)
+
+
+@family("grid_sample", ("h", "w", "c", "k"), {},
+        lambda p: (0.0, float(p["n"] * p["c"] * max(p["h"] * p["w"], p["k"] ** 2))))
+def grid_sample(p: dict[str, Any]) -> tuple[nn.Module, tuple[int, ...]]:
+    """Each of the ``n`` input maps sampled at a ``k`` x ``k`` window of points around a
+    seeded centre (RAFT's correlation lookup: n is the number of pixels, c = 1, k = 7 or 9;
+    a spatial transformer: n = 1, k about the map size). It reads the network input: RAFT's
+    single-channel maps have no blocked layout, and a conv over thousands of 1-channel
+    maps is no kernel a network has."""
+    centre = torch.rand(p["n"], 1, 1, 2) * 1.6 - 0.8
+    offsets = torch.linspace(-0.2, 0.2, p["k"])
+    window = torch.stack(torch.meshgrid(offsets, offsets, indexing="xy"), dim=-1)
+    net = nn.Sequential()
+    net.add_module("grid_sample", GridSample(centre + window))
+    return net, (p["n"], p["c"], p["h"], p["w"])
+
+
+@family("unfold", ("h", "w", "c", "k"), {},
+        lambda p: _stem_size(p, float(p["n"] * p["c"] * p["k"] ** 2 * p["h"] * p["w"])))
+def unfold(p: dict[str, Any]) -> tuple[nn.Module, tuple[int, ...]]:
+    """A 1x1 conv, then its ``k`` x ``k`` neighbourhoods as columns (``nn.Unfold`` with
+    'same' padding: RAFT's convex upsampling of the flow)."""
+    if p["k"] % 2 == 0:
+        raise ValueError(f"unfold k must be odd for 'same' padding, got {p['k']}")
+    return _after_conv(p["c"], "unfold", nn.Unfold(p["k"], padding=p["k"] // 2)), (p["n"], p["c"], p["h"], p["w"])
