@@ -37,11 +37,14 @@ for backend in openvino-cpu onnxruntime-cpu torch-cpu; do
 done
 calibrate --backend openvino-cpu    --sweep quick --threads 2
 # 2026-12-01 (session 5): the selection and sampling families appended to full and quick (topk,
-# sort, unique, nms, roi_align, grid_sample, unfold: detection post-processing and RAFT)
+# sort, unique, nms, roi_align, grid_sample, unfold: detection post-processing and RAFT) and
+# grouped-query decoder_attention rows appended to full, quick and transformer
 for backend in openvino-cpu onnxruntime-cpu torch-cpu; do
-    calibrate --backend "$backend" --sweep full --threads 1
+    calibrate --backend "$backend" --sweep full        --threads 1
+    calibrate --backend "$backend" --sweep transformer --threads 1
 done
-calibrate --backend openvino-cpu    --sweep quick --threads 2
+calibrate --backend openvino-cpu    --sweep quick       --threads 2
+calibrate --backend openvino-cpu    --sweep transformer --threads 2
 # training passes (forward + backward per layer; optimizer steps timed into the store first)
 for sweep in training training-large training-stem; do
     calibrate --backend torch-cpu-train --sweep "$sweep" --threads 1 --warmup 2 --repeats 7
