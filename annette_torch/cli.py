@@ -13,7 +13,7 @@
     annette-torch calibrate --backend B --for MODEL [MODEL ...] --out DIR [--profile P] [--input-shape S]
                   [--threads N] [--precision P] [--rounds R] [--warmup W] [--repeats N] [--statistic S] [--drift D]
     annette-torch noise --backend B [--threads N] [--precision P] [--rounds R] [--minutes M]
-    annette-torch stores DIR [--compact] [--by-family]
+    annette-torch stores DIR [--compact] [--by-family] [--drop-family FAMILY]
     annette-torch fit --data STORE_DIR --out PROFILE_DIR [--name NAME] [--seed S] [--test-share F] [--first N] [--sample N]
                   [--prior PROFILE]
     annette-torch adapt --from PROFILE[,PROFILE...] --backend B [--threads N] [--precision P] --samples K
@@ -392,6 +392,15 @@ def cmd_stores(args: argparse.Namespace) -> int:
     folders = store_folders(args.root)
     if not folders:
         raise ValueError(f"no measurement stores (folders with fingerprint.json) at or under {args.root}")
+    from .calibration.generator import FAMILIES
+    unknown = sorted(set(args.drop_family or ()) - set(FAMILIES))
+    if unknown:
+        raise ValueError(f"--drop-family: no benchmark family {', '.join(unknown)}; families: {', '.join(sorted(FAMILIES))}")
+    for family in args.drop_family or ():
+        for folder in folders:
+            fingerprint, _, _ = load_measurements(folder)
+            with MeasurementStore.open(folder.parent, fingerprint) as store:
+                print(f"dropped {store.drop_family(family)} {family} benchmarks from {folder}")
     if args.compact:
         for folder in folders:
             fingerprint, _, _ = load_measurements(folder)
@@ -578,6 +587,9 @@ def build_parser() -> argparse.ArgumentParser:
     stores.add_argument("root", help="a store folder or a folder of stores (e.g. calibration/data)")
     stores.add_argument("--compact", action="store_true", help="first move each store's rows into its .csv.gz archives")
     stores.add_argument("--by-family", action="store_true", help="also a table per benchmark family of each store")
+    stores.add_argument("--drop-family", action="append", metavar="FAMILY",
+                        help="first remove that family's benchmarks from every store (repeatable), so that a "
+                             "campaign measures them again after their generator changed")
     stores.set_defaults(func=cmd_stores)
     fit = sub.add_parser("fit", help="fit a profile (mapping rules, layer models, overhead) to a measurement store")
     fit.add_argument("--data", required=True, help="a store folder, or a folder of stores (one profile each)")

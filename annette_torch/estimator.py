@@ -162,6 +162,7 @@ class Estimator:
                          self.profile.removes_identity_slices and compiles)
         self._merges = use_mapping and (self.profile.merges_elementwise if adaptation is None
                                         else adaptation.merges(self.profile.merges_elementwise))
+        self._reorders = use_mapping and self.profile.reorders_outputs and compiles
         self._plan_key = ("plan", object())  # this estimator's entry in a graph's cache
 
     def __repr__(self) -> str:
@@ -201,7 +202,7 @@ class Estimator:
         training = False if self.profile.training is not None else None   # a data batch requires no grad
         folds, dead, identity_slices = self._removes
         return map_kernels(graph, self._rules, folds, training, self.profile.counting, dead, identity_slices,
-                           self._merges)
+                           self._merges, self._reorders)
 
     def layer_model(self, kernel_kind: str) -> tuple[str, str, Any]:
         """(model type, profile entry, layer model) that answers ``kernel_kind``, with the
@@ -385,8 +386,9 @@ class Estimator:
             "layers": ["+".join(names) for names in table.layers],
             "fusion": table.fusion,
             "module_path": [layers[name].module_path for name in table.names],
-            "output_shape": [layers[names[-1]].output_shapes[0] if layers[names[-1]].output_shapes else ()
-                             for names in table.layers],
+            "output_shape": [layers[(names or (name,))[-1]].output_shapes[0]      # an output reorder: its map's
+                             if layers[(names or (name,))[-1]].output_shapes else ()
+                             for name, names in zip(table.names, table.layers)],
             "ops": table.features[:, FEATURES.index("ops")],
             "bytes": times.bytes_moved,
             "time_ms": times.time_ms,

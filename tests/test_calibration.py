@@ -256,6 +256,21 @@ def test_stores_command_summarizes_and_compacts(tmp_path, capsys):
     assert main(["stores", str(tmp_path / "nothing")]) == 2
 
 
+def test_stores_command_drops_a_family_to_measure_it_again(tmp_path, capsys):
+    from annette_torch.cli import main
+    with MeasurementStore.open(tmp_path, FINGERPRINT) as store:
+        store.append(network_row("a"), [{"layer": "conv", "time_ms": 1.0}])
+        store.append({**network_row("b"), "family": "nms"}, [{"layer": "nms", "time_ms": 2.0}])
+    assert main(["stores", str(tmp_path), "--drop-family", "nms"]) == 0
+    assert "dropped 1 nms benchmarks" in capsys.readouterr().out
+    _, networks, layers = load_measurements(store.folder)
+    assert list(networks["benchmark"]) == ["a"] and list(layers["benchmark"]) == ["a"]
+    with MeasurementStore.open(tmp_path, FINGERPRINT) as store:
+        assert store.done() == {"a"}                                 # a campaign measures b again
+    assert main(["stores", str(tmp_path), "--drop-family", "nmss"]) == 2
+    assert "--drop-family: no benchmark family nmss" in capsys.readouterr().err
+
+
 def test_store_is_locked_and_checks_its_fingerprint(tmp_path):
     with MeasurementStore.open(tmp_path, FINGERPRINT):
         with pytest.raises(StoreError, match="in use by another calibration campaign"):

@@ -257,6 +257,7 @@ class Backend:
     optimizes_graph: ClassVar[bool] = True                # its compiler folds constants, merges repeats
     removes_identity_slices: ClassVar[bool] = False       # it runs nothing for a slice of its whole input
     merges_elementwise: ClassVar[bool] = False            # connected elementwise layers run as one kernel
+    output_reorders: ClassVar[str] = ""                   # regex of its kernels converting a returned map to NCHW
     fuses_layers: ClassVar[bool] = True                   # its compiler fuses layers (conv+bn+relu, ...)
     trains: ClassVar[bool] = False                        # it times training passes, not inferences
 

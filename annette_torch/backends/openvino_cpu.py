@@ -32,6 +32,10 @@ class OpenVinoCpu(OnnxBackend):
     # its Snippets compile connected elementwise ops into one "Subgraph" kernel, whatever
     # their consumers (NAS-Bench-201's x * 0 edges and the sums between cells)
     merges_elementwise = True
+    # a returned feature map computed channels-last (acdb) or blocked is converted to NCHW
+    # by a Reorder writing the result (".../sink_port_0"); a segmentation head's map of 21
+    # channels at 320x320 took 8.2 ms of lraspp_mobilenet_v3_large's 30.5 ms (2026-12-01)
+    output_reorders = r"/sink_port_\d+$"
 
     def runtime_version(self) -> str:
         import openvino as ov  # imported on use: importing annette_torch loads no runtime

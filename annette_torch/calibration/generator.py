@@ -1053,8 +1053,15 @@ def _anchors(h: int, w: int) -> torch.Tensor:
     return torch.cat([centres - half, centres + half], dim=1)
 
 
+def _torchvision_ops() -> Any:
+    """``torch.ops.torchvision``, registered by importing torchvision (imported on use)."""
+    import torchvision  # noqa: F401
+    return torch.ops.torchvision
+
+
 class NMS(nn.Module):
-    """``torchvision.ops.nms`` of fixed ``boxes`` ranked by ``scores``, as its own layer."""
+    """``torchvision.ops.nms`` of fixed ``boxes`` ranked by ``scores``, as its own layer
+    (the registered op, which torch.fx traces; the Python wrapper checks shapes in Python)."""
 
     def __init__(self, boxes: torch.Tensor, iou: float) -> None:
         super().__init__()
@@ -1062,8 +1069,7 @@ class NMS(nn.Module):
         self.iou = iou
 
     def forward(self, scores: torch.Tensor) -> torch.Tensor:
-        from torchvision.ops import nms
-        return nms(self.boxes, scores, self.iou)
+        return _torchvision_ops().nms(self.boxes, scores, self.iou)
 
 
 @family("nms", ("h", "w", "c"), {"op": "0.5"},
@@ -1087,7 +1093,7 @@ def nms(p: dict[str, Any]) -> tuple[nn.Module, tuple[int, ...]]:
 
 class RoIAlign(nn.Module):
     """``torchvision.ops.roi_align`` of fixed ``rois`` to ``k`` x ``k`` with 2 samples per
-    bin side (as ``MultiScaleRoIAlign``), as its own layer."""
+    bin side (as ``MultiScaleRoIAlign``), as its own layer (the registered op, as :class:`NMS`)."""
 
     def __init__(self, rois: torch.Tensor, k: int) -> None:
         super().__init__()
@@ -1095,8 +1101,7 @@ class RoIAlign(nn.Module):
         self.k = k
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        from torchvision.ops import roi_align
-        return roi_align(x, self.rois, self.k, 1.0, 2)
+        return _torchvision_ops().roi_align(x, self.rois, 1.0, self.k, self.k, 2, False)
 
 
 def _rois(count: int, h: int, w: int) -> torch.Tensor:

@@ -39,6 +39,7 @@ import fcntl
 import json
 import math
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -56,6 +57,7 @@ from ..backends.base import _scope_of, random_input, torch_threads
 from ..estimator import Estimator
 from ..graph import LayerGraph, trace
 from ..kinds import FEATURES
+from ..mapping import OUTPUT_REORDER
 from ..measure.kernel_table import KERNELS_FILE, MATCHING, MeasuredKernels, append_kernels, kernel_signatures
 from ..measure.networks import check_machine, protocol_canary
 from ..measure.protocol import ItemFailed, Protocol, interleave, statistic_ms
@@ -115,11 +117,18 @@ def profile_for(backend: Backend) -> str:
                      f"{backend.precision}; give --profile (one fitted or adapted for it)")
 
 
-def tie_kernels(table: Any, rows: list[dict[str, Any]], predicted_ms: np.ndarray) -> tuple[np.ndarray, list[str], float]:
+def tie_kernels(table: Any, rows: list[dict[str, Any]], predicted_ms: np.ndarray,
+                output_reorders: str = "") -> tuple[np.ndarray, list[str], float]:
     """Per kernel of the estimator's kernel ``table``: the measured time tied to it (NaN
     for free kernels) and how ("exact" or "shared", see module doc), plus the
     milliseconds tied to no kernel; ``rows`` are the matcher's layer rows of the same
-    graph, ``predicted_ms`` the layer models' times of the kernels."""
+    graph, ``predicted_ms`` the layer models' times of the kernels. The runtime rows with
+    no layer whose kernel name matches ``output_reorders`` (the backend's
+    :attr:`~annette_torch.backends.Backend.output_reorders`) are tied to the table's
+    :data:`~annette_torch.mapping.OUTPUT_REORDER` kernels."""
+    reorders = list(table.groups.get(OUTPUT_REORDER, ())) if output_reorders else []
+    reorder_ms = sum(row["time_ms"] for row in rows
+                     if not row["layer"] and reorders and re.search(output_reorders, row["kernel"] or ""))
     parent: dict[str, str] = {}
 
     def find(name: str) -> str:
@@ -139,7 +148,7 @@ def tie_kernels(table: Any, rows: list[dict[str, Any]], predicted_ms: np.ndarray
         if row["layer"] and row["status"] == "fused" and row["fused_into"]:
             union(row["layer"], row["fused_into"])
     time_of: dict[str, float] = {}
-    untied = 0.0
+    untied = -reorder_ms
     for row in rows:
         if not row["layer"]:
             untied += row["time_ms"]
@@ -148,8 +157,11 @@ def tie_kernels(table: Any, rows: list[dict[str, Any]], predicted_ms: np.ndarray
             time_of[root] = time_of.get(root, 0.0) + row["time_ms"]
     members: dict[str, list[int]] = {}
     for k, layers in enumerate(table.layers):
-        if not table.free[k]:
+        if not table.free[k] and layers:
             members.setdefault(find(layers[0]), []).append(k)
+    if reorder_ms:
+        members[(OUTPUT_REORDER,)] = reorders        # a key no layer name can be
+        time_of[(OUTPUT_REORDER,)] = reorder_ms
     untied += sum(t for root, t in time_of.items() if root not in members)
     times = np.full(len(table), math.nan)
     ties = [""] * len(table)
@@ -290,7 +302,7 @@ def calibrate_for(specs: Sequence[str], backend_name: str, out: str | os.PathLik
 
         def finished(name: str, rounds: list[Profiled], factors: list[float]) -> None:
             result, rows = _kernel_rows(todo[name], merge_rounds(rounds, factors), estimator, known,
-                                        protocol.statistic)
+                                        protocol.statistic, backend.output_reorders)
             append_kernels(folder / KERNELS_FILE, rows)
             known.update({row["signature"]: row["time_ms"] for row in rows})
             result.table_ms = Estimator(estimator.profile, measured=MeasuredKernels.load(folder))(todo[name].graph)
@@ -313,13 +325,14 @@ def calibrate_for(specs: Sequence[str], backend_name: str, out: str | os.PathLik
 
 
 def _kernel_rows(net: _Network, profiled: Profiled, estimator: Estimator, known: dict[str, float],
-                 statistic: str) -> tuple[NetworkResult, list[dict[str, Any]]]:
-    """The network's result and the table rows of its kernels not in ``known``."""
+                 statistic: str, output_reorders: str = "") -> tuple[NetworkResult, list[dict[str, Any]]]:
+    """The network's result and the table rows of its kernels not in ``known``
+    (``output_reorders``: the backend's pattern of output-reorder kernel names)."""
     graph = net.graph
     rows = match_kernels(graph, profiled.kernels, statistic)
     times = estimator.kernel_times(graph)
     table = times.table
-    tied, ties, untied = tie_kernels(table, rows, times.time_ms)
+    tied, ties, untied = tie_kernels(table, rows, times.time_ms, output_reorders)
     measured_ms = statistic_ms(profiled.latency.runs_ms, statistic)
     kernels_ms = float(np.nansum(tied))
     scale = (measured_ms - estimator.profile.overhead_ms) / kernels_ms if kernels_ms > 0 else 1.0

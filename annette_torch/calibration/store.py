@@ -195,7 +195,18 @@ class MeasurementStore:
 
     def compact(self) -> None:
         """Move all rows into the gzip archives and empty the live files (see module doc)."""
+        self._rewrite_all(self.networks(), self.layers())
+
+    def drop_family(self, family: str) -> int:
+        """Remove every benchmark of ``family`` (its network and layer rows), so that a
+        campaign measures them again, e.g. after their generator changed; the store is
+        left compacted. Returns how many benchmarks were dropped."""
         networks, layers = self.networks(), self.layers()
+        drop = set(networks.loc[networks["family"] == family, "benchmark"])
+        self._rewrite_all(networks[~networks["benchmark"].isin(drop)], layers[~layers["benchmark"].isin(drop)])
+        return len(drop)
+
+    def _rewrite_all(self, networks: pd.DataFrame, layers: pd.DataFrame) -> None:
         for path, table, columns in ((self.layers_path, layers, LAYER_COLUMNS),
                                      (self.networks_path, networks, NETWORK_COLUMNS)):
             with atomic_path(_archive(path)) as tmp:

@@ -71,7 +71,7 @@ from .mapping import PairDecision, describe_rule, learn_rules, rule_accuracy
 from .overhead import Gap, fit_gap
 from .ranges import calibrated_ranges
 from .roofline import as_plain, fit_roofline
-from .table import StoreData, held_out, kernel_table, load_store, runtime_kernels_ms
+from .table import StoreData, held_out, kernel_table, load_store, output_reorder_pattern, runtime_kernels_ms
 from .weights import fit_weight_bandwidth
 
 MODEL_TYPES = ("roofline", "refined_roofline", "statistical", "mixed")
@@ -121,7 +121,8 @@ def _selected(data: StoreData, train: set[str], min_time_ms: float, max_spread: 
     fitted = data.networks.index.isin(train)
     gap = fit_gap(*(data.networks[c].to_numpy()[fitted] for c in ("time_ms", "layers_sum_ms", "kernels")))
     table = kernel_table(data, rules, _backend_flag(data, "optimizes_graph"), _backend_flag(data, "trains"),
-                         merge_elementwise=_backend_flag(data, "merges_elementwise"))
+                         merge_elementwise=_backend_flag(data, "merges_elementwise"),
+                         output_reorders=output_reorder_pattern(data))
     keep = (table["measured"] & table["agrees"] & (table["time_ms"] >= min_time_ms)
             & ~(table["spread"] > max_spread))
     kernels = table[keep].assign(train=lambda t: t["benchmark"].isin(train))
@@ -216,7 +217,7 @@ def _profile(name: str, data: StoreData, fitted: _Pass, fit_metrics: dict, notes
         overhead_ms=fitted.gap.overhead_ms, kernel_overhead_ms=fitted.gap.kernel_ms, weight_bandwidth_bytes_s=fitted.weight_bandwidth[0],
         fused_cost_s_per_elem=fitted.fused_costs[0], optimizes_graph=_backend_flag(data, "optimizes_graph"),
         removes_identity_slices=_backend_flag(data, "removes_identity_slices"),
-        merges_elementwise=_backend_flag(data, "merges_elementwise"),
+        merges_elementwise=_backend_flag(data, "merges_elementwise"), reorders_outputs=bool(output_reorder_pattern(data)),
         training=training, description=(f"fitted on {len(data.networks)} benchmarks of {fp.get('backend')} {fp.get('runtime_version')}, "
                      f"{fp.get('threads')} thread(s), {fp.get('precision')}"),
         fit_metrics=fit_metrics, notes=notes, ranges=ranges)
@@ -246,13 +247,15 @@ def _network_scores(profile: Profile, data: StoreData, test_ids: list[str], scal
                     long_ms: float = 1.0) -> dict[str, Any]:
     """End-to-end MAPE of the held-out benchmarks (all, and those of at least ``long_ms``),
     per model type with and without the mapping model. The estimator does not predict
-    the kernels the runtime inserted (layout reorders around a single-layer benchmark), so
-    their measured time (times ``scale``) is added to every estimate. The row "measured
+    the kernels the runtime inserted (layout reorders around a single-layer benchmark, but
+    the output reorders of a profile that models them), so their measured time (times
+    ``scale``) is added to every estimate. The row "measured
     kernels" is the floor set by the store itself: overhead plus scale times the measured
     kernel sum, i.e. what perfect kernel predictions would score."""
     networks = data.networks.loc[test_ids]
     measured = networks["time_ms"].to_numpy()
-    inserted = scale * runtime_kernels_ms(data).loc[test_ids].to_numpy()
+    inserted = {mapping: scale * runtime_kernels_ms(data, profile if mapping else None).loc[test_ids].to_numpy()
+                for mapping in (True, False)}     # without the mapping model no output reorder is estimated
     long = measured >= long_ms
     estimates = {"measured kernels": (profile.overhead_ms + scale * networks["layers_sum_ms"].to_numpy()
                                       + profile.kernel_overhead_ms * networks["kernels"].to_numpy())}
@@ -261,7 +264,7 @@ def _network_scores(profile: Profile, data: StoreData, test_ids: list[str], scal
             # a benchmark runs in a loop: its weights stay cached, no weights-from-memory floor
             estimator = Estimator(profile, model_type=type_name, use_mapping=mapping, weights_from_memory=False)
             estimates[type_name if mapping else f"{type_name} (no mapping)"] = \
-                np.array([estimator(data.graphs[b]) for b in test_ids]) + inserted
+                np.array([estimator(data.graphs[b]) for b in test_ids]) + inserted[mapping]
     return {"benchmarks": len(test_ids), "long_benchmarks": int(long.sum()), "long_ms": long_ms,
             "mape": {key: mape(e, measured) for key, e in estimates.items()},
             "mape_long": {key: mape(e[long], measured[long]) for key, e in estimates.items()}}
@@ -291,7 +294,8 @@ NOTES = [
     "Fitted by annette_torch.fit.fit_profile from the measurement store named in fit_metrics.store.",
     "Kernel times are the runtime profiler's; per-inference overhead and the end-to-end scale come "
     "from the benchmarks' end-to-end medians (fit_metrics.gap); layout reorders the runtime inserts "
-    "at a network's input and output are not modelled.",
+    "at a network's input are not modelled, those of its returned feature maps are where the backend "
+    "reports them (output_reorder kernels).",
     "Kinds without their own entry use the 'default' roofline, fitted on the kernels of kinds that "
     "are not products (convs, linears, matmuls).",
 ]

@@ -68,7 +68,7 @@ from ..profiles.profile import profile_digest
 from ..validation import number, safe_name
 from .kinds import mape
 from .mapping import describe_rule, fusion_examples, learn_rules
-from .table import StoreData, held_out, kernel_table, load_store, runtime_kernels_ms
+from .table import StoreData, held_out, kernel_table, load_store, output_reorder_pattern, runtime_kernels_ms
 
 #: a kind pair needs this many fusable edges before the data may overrule the prior's rules
 MIN_PAIR_EXAMPLES = 10
@@ -171,7 +171,8 @@ def _samples(data: StoreData, prior: Profile, rules: tuple[FusionRule, ...], min
     """The correction's samples (module doc, step 2)."""
     _, folds, merges = _effective_rules(prior)
     training = prior.training is not None
-    table = kernel_table(data, rules, folds, training, prior.counting, merges)
+    reorders = output_reorder_pattern(data) if prior.reorders_outputs and folds else ""
+    table = kernel_table(data, rules, folds, training, prior.counting, merges, reorders)
     keep = (table["measured"] & table["agrees"] & (table["time_ms"] >= min_time_ms)
             & ~(table["spread"] > max_spread))
     requests = [None, *prior.layer_models]
@@ -183,7 +184,7 @@ def _samples(data: StoreData, prior: Profile, rules: tuple[FusionRule, ...], min
     position = 0
     for benchmark, graph in data.graphs.items():
         kernels = map_kernels(graph, rules, folds, True if training else None, prior.counting,
-                              merge_elementwise=merges)
+                              merge_elementwise=merges, reorder_outputs=bool(reorders))
         executed = np.flatnonzero(~kernels.free)
         row_of = {k: position + i for i, k in enumerate(executed)}
         for kind, rows in kernels.groups.items():
@@ -302,7 +303,7 @@ def _network_mape(profile: Profile, data: StoreData, ids: list[str], scale: floa
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ProfileMismatchWarning)
         estimator = Estimator(profile, weights_from_memory=False)
-    inserted = scale * runtime_kernels_ms(data).loc[ids].to_numpy()
+    inserted = scale * runtime_kernels_ms(data, profile).loc[ids].to_numpy()
     estimates = np.array([estimator(data.graphs[b]) for b in ids]) + inserted
     return mape(estimates, data.networks.loc[ids, "time_ms"].to_numpy())
 
@@ -317,7 +318,7 @@ def fit_overhead(profile: Profile, data: StoreData, ids: list[str], scale: float
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ProfileMismatchWarning)
         estimator = Estimator(dataclasses.replace(profile, overhead_ms=0.0), weights_from_memory=False)
-    kernels = np.array([estimator(data.graphs[b]) for b in ids]) + scale * runtime_kernels_ms(data).loc[ids].to_numpy()
+    kernels = np.array([estimator(data.graphs[b]) for b in ids]) + scale * runtime_kernels_ms(data, profile).loc[ids].to_numpy()
     measured = data.networks.loc[ids, "time_ms"].to_numpy()
     result = least_squares(lambda p: (p[0] + kernels - measured) / measured, [profile.overhead_ms],
                            loss="soft_l1", f_scale=0.05, bounds=([0.0], [np.inf]))

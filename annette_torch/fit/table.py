@@ -16,6 +16,7 @@ fitted on; a kernel whose layers the target optimized out has no time of its own
 from __future__ import annotations
 
 import hashlib
+from typing import Any
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,7 +26,7 @@ from ..calibration.generator import build_benchmark
 from ..calibration.sweep import BenchmarkSpec
 from ..graph import LayerGraph, trace
 from ..kinds import FEATURES
-from ..mapping import Counting, FusionRule, map_kernels
+from ..mapping import OUTPUT_REORDER, Counting, FusionRule, map_kernels
 
 
 @dataclass(frozen=True)
@@ -111,7 +112,7 @@ def layer_groups(layers: pd.DataFrame) -> dict[tuple[str, str], str]:
 
 def kernel_table(data: StoreData, rules: tuple[FusionRule, ...], optimize_graph: bool = False,
                  training: bool = False, counting: Counting | None = None,
-                 merge_elementwise: bool = False) -> pd.DataFrame:
+                 merge_elementwise: bool = False, output_reorders: str = "") -> pd.DataFrame:
     """One row per non-free kernel of every benchmark under ``rules``: benchmark, family,
     kernel (primary layer), kind, layers (``+``-joined), time_ms, spread (the primary's),
     measured (the primary was executed), agrees (see module doc; with ``optimize_graph``
@@ -120,7 +121,13 @@ def kernel_table(data: StoreData, rules: tuple[FusionRule, ...], optimize_graph:
     reads the network's input, not another kernel's output), fused_kinds (the kinds of its
     layers after the primary, ``+``-joined), then :data:`FEATURES` (counted as ``counting``
     says, default annette_torch's counts). Per benchmark, the rows are its
-    :func:`~annette_torch.mapping.map_kernels` table's non-free kernels in order."""
+    :func:`~annette_torch.mapping.map_kernels` table's non-free kernels in order.
+
+    ``output_reorders``: a regular expression of the runtime's names of the kernels that
+    convert a returned feature map to NCHW (``""``: the target has none). With one, the
+    benchmarks are mapped with their :data:`~annette_torch.mapping.OUTPUT_REORDER` kernels,
+    and a benchmark with one such kernel gets the summed time of its runtime rows (those
+    without a layer whose kernel name matches), measured when there is such a row."""
     named = data.layers[data.layers["layer"] != ""]
     key = list(zip(named["benchmark"], named["layer"]))
     time_of = dict(zip(key, named["time_ms"].fillna(0.0)))
@@ -132,12 +139,20 @@ def kernel_table(data: StoreData, rules: tuple[FusionRule, ...], optimize_graph:
         if not (optimize_graph and layer in data.graphs[benchmark].folded):   # merged away, not fused
             group_size[(benchmark, primary)] = group_size.get((benchmark, primary), 0) + 1
 
+    reorder_ms = _output_reorder_ms(data, output_reorders) if output_reorders else {}
     rows, features = [], []
     for benchmark, graph in data.graphs.items():
         table = map_kernels(graph, rules, optimize_graph, True if training else None, counting,   # benchmark inputs require grad
-                            merge_elementwise=merge_elementwise)
+                            merge_elementwise=merge_elementwise, reorder_outputs=bool(output_reorders))
         family = data.networks.at[benchmark, "family"]
+        reorders = table.groups.get(OUTPUT_REORDER, ())
         for k in np.flatnonzero(~table.free):
+            if table.kinds[k] == OUTPUT_REORDER:
+                time, spread = reorder_ms.get(benchmark, (None, np.nan)) if len(reorders) == 1 else (None, np.nan)
+                rows.append((benchmark, family, table.names[k], OUTPUT_REORDER, "", time or 0.0, spread,
+                             time is not None, True, False, ""))
+                features.append(table.features[k])
+                continue
             members = table.layers[k]
             primary = members[0]
             agrees = (all(groups.get((benchmark, m)) == primary for m in members)
@@ -154,9 +169,30 @@ def kernel_table(data: StoreData, rules: tuple[FusionRule, ...], optimize_graph:
                      axis=1)
 
 
-def runtime_kernels_ms(data: StoreData) -> pd.Series:
+def output_reorder_pattern(data: StoreData) -> str:
+    """The store's backend's pattern of output-reorder kernel names
+    (:attr:`~annette_torch.backends.Backend.output_reorders`; ``""``: none or unknown backend)."""
+    from ..backends import BACKENDS
+
+    return getattr(BACKENDS.get(data.fingerprint.get("backend")), "output_reorders", "")
+
+
+def _output_reorder_ms(data: StoreData, pattern: str) -> dict[str, tuple[float, float]]:
+    """Benchmark -> (summed time, largest spread) of its runtime rows (no layer) whose
+    kernel name matches ``pattern``: the output reorders of the benchmarks that have them."""
+    rows = data.layers[(data.layers["layer"] == "") & data.layers["kernel"].str.contains(pattern, regex=True)]
+    summed = rows.groupby("benchmark").agg(time=("time_ms", "sum"), spread=("spread", "max"))
+    return {b: (t, s) for b, t, s in zip(summed.index, summed["time"], summed["spread"])}
+
+
+def runtime_kernels_ms(data: StoreData, profile: Any = None) -> pd.Series:
     """Per benchmark, the summed time of kernels the runtime inserted (rows without a
-    layer, such as layout reorders at the network's input and output)."""
-    extra = data.layers[data.layers["layer"] == ""].groupby("benchmark")["time_ms"].sum()
-    return extra.reindex(data.networks.index, fill_value=0.0)
+    layer, such as layout reorders at the network's input and output) that ``profile``
+    does not estimate: with a profile that ``reorders_outputs``, the output reorders (its
+    :data:`~annette_torch.mapping.OUTPUT_REORDER` kernels) are left out."""
+    rows = data.layers[data.layers["layer"] == ""]
+    pattern = output_reorder_pattern(data) if getattr(profile, "reorders_outputs", False) else ""
+    if pattern:
+        rows = rows[~rows["kernel"].str.contains(pattern, regex=True)]
+    return rows.groupby("benchmark")["time_ms"].sum().reindex(data.networks.index, fill_value=0.0)
 

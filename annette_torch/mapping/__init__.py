@@ -1,8 +1,8 @@
 """The mapping model: fusion rules and the kernel table they produce."""
 from .counting import Counting
-from .kernels import (ELEMENTWISE_KINDS, ELEMENTWISE_SUBGRAPH, NO_INPUT_GRAD, KernelTable, map_kernels,
+from .kernels import (ELEMENTWISE_KINDS, ELEMENTWISE_SUBGRAPH, NO_INPUT_GRAD, OUTPUT_REORDER, KernelTable, map_kernels,
                       removed_layers)
 from .rules import Clause, FusionRule
 
 __all__ = ["Clause", "Counting", "ELEMENTWISE_KINDS", "ELEMENTWISE_SUBGRAPH", "FusionRule", "KernelTable", "NO_INPUT_GRAD",
-           "map_kernels", "removed_layers"]
+           "OUTPUT_REORDER", "map_kernels", "removed_layers"]

@@ -32,6 +32,7 @@ sums between cells: one pass over memory, not one per op).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -85,7 +86,7 @@ def removed_layers(graph: LayerGraph, optimize_graph: bool = False, remove_dead:
 def map_kernels(graph: LayerGraph, rules: tuple[FusionRule, ...], optimize_graph: bool = False,
                 input_requires_grad: bool | None = None, counting: Counting | None = None,
                 remove_dead: bool | None = None, remove_identity_slices: bool = False,
-                merge_elementwise: bool = False) -> KernelTable:
+                merge_elementwise: bool = False, reorder_outputs: bool = False) -> KernelTable:
     """Kernel table of ``graph`` under ``rules``, its layers counted as ``counting`` says
     (:mod:`.counting`; default: annette_torch's counts); the layers the target's compiler
     removes (:func:`removed_layers` of ``optimize_graph``, ``remove_dead`` and
@@ -94,9 +95,12 @@ def map_kernels(graph: LayerGraph, rules: tuple[FusionRule, ...], optimize_graph
     says whether the network input requires grad (a data batch does not; a calibration
     benchmark's input does): a kernel with weights whose inputs need no gradient (the
     first conv of a network, or one after ``detach``) computes only its weights'
-    gradients, so its kind gets the suffix :data:`NO_INPUT_GRAD`. Cached on the graph."""
+    gradients, so its kind gets the suffix :data:`NO_INPUT_GRAD`. With ``reorder_outputs``
+    (a target that computes in a blocked or channels-last layout and converts what the
+    network returns to plain NCHW) each returned feature map gets an :data:`OUTPUT_REORDER`
+    kernel (:func:`_with_output_reorders`). Cached on the graph."""
     key = ("kernels", rules, optimize_graph, input_requires_grad, counting, remove_dead, remove_identity_slices,
-           merge_elementwise)
+           merge_elementwise, reorder_outputs)
     cached = graph._cache.get(key)
     if cached is None:
         feats = graph.features if counting is None else counting.features(graph)
@@ -104,8 +108,69 @@ def map_kernels(graph: LayerGraph, rules: tuple[FusionRule, ...], optimize_graph
                       merge_elementwise)
         if input_requires_grad is not None:
             cached = _mark_no_input_grad(graph, cached, input_requires_grad)
+        if reorder_outputs:
+            cached = _with_output_reorders(graph, cached)
         graph._cache[key] = cached
     return cached
+
+
+#: the kind of the kernel a layout-changing target runs to hand a returned feature map back in NCHW
+OUTPUT_REORDER = "output_reorder"
+
+
+#: the smallest returned map that gets a reorder kernel: in the openvino-cpu store (2026-12-01)
+#: 98-100 % of the conv-derived maps of 3,000 elements or more have one, 37 % of those of
+#: 1,000-3,000 and 12 % of smaller ones (OpenVINO writes small maps in plain layout directly)
+REORDER_MIN_ELEMS = 3000
+#: layer kinds that write their feature map in the target's own layout (blocked or channels-last)
+LAYOUT_KINDS = frozenset({"conv", "depthwise_conv", "conv_transpose"})
+
+
+def _from_a_conv(graph: LayerGraph, name: str) -> bool:
+    """Whether layer ``name``'s map descends from a :data:`LAYOUT_KINDS` layer through
+    feature maps only (4-D outputs): the layout a conv chose propagates through the
+    elementwise, pooling and resampling layers after it; a network's input, and layers
+    that read only it, stay in plain NCHW."""
+    seen, todo = set(), [name]
+    while todo:
+        layer = graph[todo.pop()]
+        if layer.kind in LAYOUT_KINDS:
+            return True
+        for parent in layer.parents:
+            shapes = graph[parent].output_shapes
+            if parent not in seen and shapes and len(shapes[0]) == 4:
+                seen.add(parent)
+                todo.append(parent)
+    return False
+
+
+def _with_output_reorders(graph: LayerGraph, table: KernelTable) -> KernelTable:
+    """``table`` and one :data:`OUTPUT_REORDER` kernel per returned feature map: a layer
+    in :attr:`LayerGraph.outputs` computed by a non-free kernel, whose first output is
+    (n, c, h, w) with ``c`` > 1, ``h*w`` > 1 (a 1-channel or 1x1 map is the same in every
+    layout) and at least :data:`REORDER_MIN_ELEMS` elements, and which descends from a
+    conv (:func:`_from_a_conv`). The kernel is named after that layer and absorbs no layer (``layers``
+    is empty); it reads and writes the map (``input_elems`` = ``output_elems``, no ops)."""
+    computed = {name for k, names in enumerate(table.layers) if not table.free[k] for name in names}
+    rows = []
+    for name in dict.fromkeys(graph.outputs or ()):
+        shape = graph[name].output_shapes[0] if graph[name].output_shapes else ()
+        if name in computed and len(shape) == 4 and shape[1] > 1 and shape[2] * shape[3] > 1 \
+                and math.prod(shape) >= REORDER_MIN_ELEMS and _from_a_conv(graph, name):
+            n, c, h, w = shape
+            row = np.zeros(len(FEATURES))
+            row[[_IN, _OUT]] = n * c * h * w
+            row[[FEATURES.index(d) for d in ("n", "h", "w", "c", "f", "kh", "kw", "stride", "groups")]] = \
+                (n, h, w, c, c, 1, 1, 1, 1)
+            rows.append((name, row))
+    if not rows:
+        return table
+    kinds = list(table.kinds) + [OUTPUT_REORDER] * len(rows)
+    return replace(table, names=list(table.names) + [name for name, _ in rows], kinds=kinds,
+                   layers=list(table.layers) + [()] * len(rows), layer_kinds=list(table.layer_kinds) + [()] * len(rows),
+                   fusion=list(table.fusion) + ["not-fused"] * len(rows),
+                   free=np.concatenate([table.free, np.zeros(len(rows), dtype=bool)]),
+                   features=np.vstack([table.features, np.array([row for _, row in rows])]), groups=_groups(kinds))
 
 
 def _mark_no_input_grad(graph: LayerGraph, table: KernelTable, input_requires_grad: bool) -> KernelTable:

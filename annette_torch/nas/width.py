@@ -48,11 +48,13 @@ class WidthLatency:
         table = estimator.kernel_table(graph)
         self.table = table
         kernel_of = {name: k for k, names in enumerate(table.layers) for name in names}
+        # an output reorder absorbs no layer: it scales with the map it is named after
+        members = [names or (name,) for name, names in zip(table.names, table.layers)]
         children = graph.children
         group = np.zeros(len(table), dtype=np.int64)
         in_group = np.full(len(table), -1, dtype=np.int64)     # -1: fixed (network input)
         out_fixed = np.zeros(len(table), dtype=bool)
-        for k, names in enumerate(table.layers):
+        for k, names in enumerate(members):
             first, last = graph[names[0]], graph[names[-1]]
             group[k] = group_of(first) if group_of else 0
             if first.parents:
@@ -66,7 +68,7 @@ class WidthLatency:
         self.group, self.in_group, self.out_fixed = group, in_group, out_fixed
         # a fused kernel (conv_pool, conv+bn+relu) scales like its primary layer
         product = np.array([graph[names[0]].kind in PRODUCT_KINDS and graph[names[0]].kind != "depthwise_conv"
-                            for names in table.layers])
+                            for names in members])
         codes = np.zeros((len(table), len(FEATURES)), dtype=np.int64)
         # per-channel kernels scale everything with their input channels
         codes[:, [_COL["input_elems"], _COL["c"]]] = _IN

@@ -31,6 +31,9 @@ when the profile has tree ensembles, their arrays in a numpy ``.npz`` file besid
       "merges_elementwise": true,               # connected elementwise layers run as one kernel
                                                 # (optional, default false; OpenVINO's Snippets;
                                                 # mapping.kernels)
+      "reorders_outputs": true,                 # returned feature maps are converted from the
+                                                # target's layout to NCHW by a kernel of their own
+                                                # (optional, default false; mapping.kernels)
       "mapping": [{"primary": "conv", "secondary": "relu", "result": "conv",
                    "condition": [{"layer": "secondary", "attr": "kernel_size",
                                   "op": "==", "value": 2}]}, ...],
@@ -155,6 +158,7 @@ class Profile:
     removes_dead_code: bool | None = None   # None: as optimizes_graph
     removes_identity_slices: bool = False
     merges_elementwise: bool = False
+    reorders_outputs: bool = False
     training: dict[str, Any] | None = None
     description: str = ""
     fit_metrics: dict[str, Any] = field(default_factory=dict)
@@ -202,6 +206,7 @@ class Profile:
             **({"removes_dead_code": self.removes_dead_code} if self.removes_dead_code is not None else {}),
             **({"removes_identity_slices": True} if self.removes_identity_slices else {}),
             **({"merges_elementwise": True} if self.merges_elementwise else {}),
+            **({"reorders_outputs": True} if self.reorders_outputs else {}),
             **({"training": self.training} if self.training is not None else {}),
             "mapping": [r.to_dict() for r in self.mapping],
             **({"counting": self.counting.to_dict()} if self.counting is not None else {}),
@@ -316,6 +321,7 @@ class Profile:
         dead = None if dead is None else boolean(dead, "field 'removes_dead_code'")
         identity_slices = boolean(data.get("removes_identity_slices", False), "field 'removes_identity_slices'")
         merges = boolean(data.get("merges_elementwise", False), "field 'merges_elementwise'")
+        reorders = boolean(data.get("reorders_outputs", False), "field 'reorders_outputs'")
         fused_costs = data.get("fused_cost_s_per_elem") or {}
         if not isinstance(fused_costs, dict):
             raise fail("fused_cost_s_per_elem", f"expected an object of layer kind -> seconds, got {fused_costs!r}")
@@ -336,7 +342,7 @@ class Profile:
                    kernel_overhead_ms=per_kernel, weight_bandwidth_bytes_s=bandwidth,
                    fused_cost_s_per_elem={str(k): v for k, v in fused_costs.items()},
                    optimizes_graph=folds, removes_dead_code=dead, removes_identity_slices=identity_slices,
-                   merges_elementwise=merges, training=training, description=data.get("description") or "",
+                   merges_elementwise=merges, reorders_outputs=reorders, training=training, description=data.get("description") or "",
                    fit_metrics=dict(data.get("fit_metrics") or {}), notes=list(data.get("notes") or []),
                    source=source, adaptation=adaptation, correction=correction, counting=counting, ranges=ranges)
 
