@@ -162,7 +162,8 @@ class Estimator:
                          self.profile.removes_identity_slices and compiles)
         self._merges = use_mapping and (self.profile.merges_elementwise if adaptation is None
                                         else adaptation.merges(self.profile.merges_elementwise))
-        self._reorders = use_mapping and self.profile.reorders_outputs and compiles
+        # a returned map's layout reorder is the graph compiler's, as folding is (not fusion's)
+        self._reorders = self.profile.reorders_outputs and self._folds and compiles
         self._plan_key = ("plan", object())  # this estimator's entry in a graph's cache
 
     def __repr__(self) -> str:

@@ -214,3 +214,18 @@ def test_estimator_passes_trace_options_through():
     model = nn.Sequential(nn.Conv2d(3, 3, 1), Opaque())
     report = Estimator("zcu102-dpu").report(model, input_shape=(1, 3, 8, 8), leaf_modules=(Opaque,))
     assert "unknown" in set(report["kind"])
+
+
+def test_openvino_profile_costs_the_reorder_of_a_returned_feature_map():
+    """OpenVINO converts a returned conv-derived map from its own layout to NCHW (a
+    segmentation head's 21 channels at 320x320 took 8 ms of 30): a kernel of its own."""
+    assert load_profile("openvino-cpu").reorders_outputs and not load_profile("onnxruntime-cpu").reorders_outputs
+    graph = trace(nn.Sequential(nn.Conv2d(3, 21, 1), nn.Upsample(scale_factor=4, mode="bilinear")),
+                  input_shape=(1, 3, 40, 40))
+    estimator = Estimator("openvino-cpu")
+    report = estimator.report(graph)
+    (row,) = report[report["kind"] == "output_reorder"].itertuples()
+    assert row.output_shape == (1, 21, 160, 160) and row.layers == "" and row.time_ms > 0
+    assert row.profile_entry == "output_reorder"                       # fitted on the store's reorders
+    assert report.attrs["total_ms"] == pytest.approx(estimator(graph))
+    assert "output_reorder" in set(Estimator("openvino-cpu", use_mapping=False).report(graph)["kind"])  # not a fusion

@@ -173,6 +173,18 @@ def test_kernels_are_tied_through_the_layers_they_compute():
     assert untied == pytest.approx(0.375)
 
 
+def test_output_reorders_are_tied_to_the_output_reorder_kernel():
+    table = _Table([("conv",), ()], [False, False])      # conv | the reorder of its returned map
+    table.groups = {"conv": np.array([0]), "output_reorder": np.array([1])}
+    rows = [{"layer": "conv", "status": "executed", "fused_into": "", "time_ms": 3.0, "kernel": "/conv/Conv"},
+            {"layer": "", "status": "executed", "fused_into": "", "time_ms": 0.5, "kernel": "9_acdb_abcd_9/sink_port_0"},
+            {"layer": "", "status": "executed", "fused_into": "", "time_ms": 0.25, "kernel": "input_abcd_acdb_/conv/Conv"}]
+    times, ties, untied = tie_kernels(table, rows, np.array([2.0, 0.4]), r"/sink_port_\d+$")
+    assert list(times) == [3.0, 0.5] and ties == ["exact", "exact"] and untied == pytest.approx(0.25)
+    times, _, untied = tie_kernels(table, rows, np.array([2.0, 0.4]))          # a backend without them
+    assert times[0] == 3.0 and np.isnan(times[1]) and untied == pytest.approx(0.75)
+
+
 def test_a_layer_timed_inside_another_is_left_out_of_its_time():
     class Slow(nn.Module):
         def forward(self, x):

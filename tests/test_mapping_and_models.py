@@ -9,7 +9,7 @@ from torch import nn
 from annette_torch import trace
 from annette_torch.kinds import FEATURES
 from annette_torch.layer_models import RefinedRoofline, Roofline, layer_model_from_dict
-from annette_torch.mapping import FusionRule, map_kernels
+from annette_torch.mapping import OUTPUT_REORDER, FusionRule, map_kernels
 
 CONV_BN_RELU = (
     FusionRule("conv", "batch_norm", "conv"),
@@ -134,3 +134,19 @@ def test_torch_path_equals_numpy_path_and_has_gradients():
 def test_invalid_layer_model_data_is_named(type_name, data, message):
     with pytest.raises(ValueError, match=f"layer_models.conv: .*{message}"):
         layer_model_from_dict(type_name, data, where="layer_models.conv")
+
+
+def test_returned_conv_maps_get_an_output_reorder_kernel():
+    """A graph compiler computing channels-last or blocked converts what the network returns
+    back to NCHW: one kernel per returned conv-derived map, absorbing no layer."""
+    graph = trace(nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.ReLU()), input_shape=(1, 3, 32, 32))
+    table = map_kernels(graph, (), True, reorder_outputs=True)
+    assert table.kinds[-1] == OUTPUT_REORDER and table.layers[-1] == () and table.names[-1] == graph.layers[-1].name
+    row = dict(zip(FEATURES, table.features[-1]))
+    assert row["input_elems"] == row["output_elems"] == 16 * 32 * 32 and row["ops"] == 0 and row["c"] == 16
+    assert OUTPUT_REORDER not in map_kernels(graph, (), True).kinds                          # not asked for
+    for net, shape in ((nn.Sequential(nn.ReLU()), (1, 16, 32, 32)),                          # plain input, plain output
+                       (nn.Sequential(nn.Conv2d(3, 16, 1)), (1, 3, 8, 8)),                   # 1,024 elements: written plain
+                       (nn.Sequential(nn.Conv2d(3, 1, 1)), (1, 3, 64, 64)),                  # one channel: every layout
+                       (nn.Sequential(nn.Conv2d(3, 16, 1), nn.Flatten()), (1, 3, 32, 32))):  # not a feature map
+        assert OUTPUT_REORDER not in map_kernels(trace(net, input_shape=shape), (), True, reorder_outputs=True).kinds

@@ -168,3 +168,23 @@ def test_candidates_and_lut_building_show_a_progress_bar_only_when_asked_or_on_a
     assert capsys.readouterr().err == ""
     LatencyLUT.build(SignatureCache(est), _positions(), progress=True)
     assert "latency table" in capsys.readouterr().err
+
+
+def test_block_costs_count_only_the_returned_maps_reorder():
+    """On openvino-cpu a returned feature map costs a reorder into NCHW; a block's output
+    feeds the next block, so only the last block's reorder is counted."""
+    from annette_torch.nas import SignatureCache
+
+    def first():
+        return nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.ReLU())
+
+    def second():
+        return nn.Sequential(nn.Conv2d(16, 24, 3, padding=1), nn.ReLU())
+
+    est = Estimator("openvino-cpu")
+    cache = SignatureCache(est)
+    blocks = [("first", first, (1, 3, 32, 32)), ("second", second, (1, 16, 32, 32))]
+    cost = cache.blocks_cost(blocks)
+    assert cost.output_reorder_ms > 0 and cache.block("first", first, (1, 3, 32, 32)).output_reorder_ms > 0
+    whole = nn.Sequential(first(), second()).eval()
+    assert cost.time_ms == pytest.approx(est(whole, input_shape=(1, 3, 32, 32)), rel=1e-9)

@@ -51,14 +51,15 @@ def test_selection_ops_are_their_own_kinds_with_counted_work():
     assert by_kind["roi_align"].counts.input_elems == 8 * 32 * 32 + 64 * 5      # the feature map and the rois (index, box)
 
 
-def test_an_estimate_costs_them_by_the_roofline_and_never_as_free():
+def test_an_estimate_costs_them_by_their_own_fitted_models_and_never_as_free():
     graph = trace(DetectionHead().eval(), example_inputs=head_inputs())
     with warnings.catch_warnings():
         warnings.simplefilter("error", UnknownKindWarning)
         report = Estimator("openvino-cpu").report(graph)
     rows = report[report["kind"].isin(["topk", "sort", "unique", "nms", "roi_align"])]
-    assert len(rows) == 5 and (rows["time_ms"] > 0).all() and (rows["confidence"] == "fallback").all()
-    assert (rows["bytes"] > 0).all()
+    assert len(rows) == 5 and (rows["time_ms"] > 0).all() and (rows["bytes"] > 0).all()
+    # the selection families calibrate them (this head's 64 scores are below their sizes: extrapolated)
+    assert (rows["profile_entry"] == rows["kind"]).all() and (rows["confidence"] != "fallback").all()
 
 
 def test_adaptive_roi_align_counts_two_samples_per_bin_side():

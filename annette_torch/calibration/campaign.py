@@ -300,8 +300,9 @@ class MeasuringWorker:
         not count against the first benchmark's timeout."""
         context = multiprocessing.get_context("spawn")
         self._connection, child = context.Pipe()
-        self._process = context.Process(target=_serve, args=(child, *self._args), daemon=True)
-        self._process.start()
+        process = context.Process(target=_serve, args=(child, *self._args), daemon=True)
+        process.start()             # may raise (a script without a main guard): nothing to stop then
+        self._process = process
         child.close()
         if not self._connection.poll(_STARTUP_TIMEOUT_S):
             self.stop()

@@ -254,8 +254,7 @@ def _network_scores(profile: Profile, data: StoreData, test_ids: list[str], scal
     kernel sum, i.e. what perfect kernel predictions would score."""
     networks = data.networks.loc[test_ids]
     measured = networks["time_ms"].to_numpy()
-    inserted = {mapping: scale * runtime_kernels_ms(data, profile if mapping else None).loc[test_ids].to_numpy()
-                for mapping in (True, False)}     # without the mapping model no output reorder is estimated
+    inserted = scale * runtime_kernels_ms(data, profile).loc[test_ids].to_numpy()
     long = measured >= long_ms
     estimates = {"measured kernels": (profile.overhead_ms + scale * networks["layers_sum_ms"].to_numpy()
                                       + profile.kernel_overhead_ms * networks["kernels"].to_numpy())}
@@ -264,7 +263,7 @@ def _network_scores(profile: Profile, data: StoreData, test_ids: list[str], scal
             # a benchmark runs in a loop: its weights stay cached, no weights-from-memory floor
             estimator = Estimator(profile, model_type=type_name, use_mapping=mapping, weights_from_memory=False)
             estimates[type_name if mapping else f"{type_name} (no mapping)"] = \
-                np.array([estimator(data.graphs[b]) for b in test_ids]) + inserted[mapping]
+                np.array([estimator(data.graphs[b]) for b in test_ids]) + inserted
     return {"benchmarks": len(test_ids), "long_benchmarks": int(long.sum()), "long_ms": long_ms,
             "mape": {key: mape(e, measured) for key, e in estimates.items()},
             "mape_long": {key: mape(e[long], measured[long]) for key, e in estimates.items()}}

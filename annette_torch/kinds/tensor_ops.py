@@ -63,7 +63,15 @@ class Slice(_DataMovement):
         rest = [i for a in args[1:] for i in (a if isinstance(a, tuple) else (a,))]
         basic = all(isinstance(i, (int, slice, type(None), type(Ellipsis))) and not isinstance(i, bool) for i in rest)
         described = [f"tensor{tuple(i.shape)}" if isinstance(i, torch.Tensor) else repr(i) for i in rest]
-        return {"view": basic and bool(rest), "index": ", ".join(described + [f"{k}={v!r}" for k, v in kwargs.items()])}
+        attrs = {"view": basic and bool(rest), "index": ", ".join(described + [f"{k}={v!r}" for k, v in kwargs.items()])}
+        if rest and any(i is None for i in rest) and all(i is None or i is Ellipsis or (isinstance(i, slice) and i == slice(None))
+                                                         for i in rest):
+            attrs["new_axes_only"] = True        # x[:, :, None]: an unsqueeze, which every target runs as a view
+        return attrs
+
+    def resolve(self, attrs):
+        """``reshape`` (a free view) for an index that only inserts axes, else ``slice``."""
+        return "reshape" if attrs.get("new_axes_only") else self.name
 
 
 @register_kind

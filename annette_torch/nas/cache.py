@@ -32,6 +32,7 @@ from tqdm import tqdm
 from ..estimator import Estimator
 from ..graph import LayerGraph, trace
 from ..kinds import FEATURES
+from ..mapping import OUTPUT_REORDER
 
 _OPS, _WEIGHTS = FEATURES.index("ops"), FEATURES.index("weight_elems")
 #: seconds a call estimating many candidates runs before its progress bar appears
@@ -49,11 +50,16 @@ def progress_bar(iterable: Iterable | None = None, total: int | None = None, des
 
 @dataclass(frozen=True)
 class BlockCost:
-    """Estimated time and size of one block."""
+    """Estimated time and size of one block (or of a candidate: its blocks summed).
+
+    A block's ``time_ms`` leaves out the reorder of its output into NCHW that a target
+    like OpenVINO runs when a network returns a feature map (``output_reorder_ms``): a
+    block's output feeds the next block, and only the last block's is returned."""
 
     time_ms: float
     ops: float
     weights: float   # parameter and buffer elements
+    output_reorder_ms: float = 0.0
 
 
 def _trace_block(build: Callable[[], nn.Module], input_shape: tuple[int, ...]) -> LayerGraph:
@@ -79,12 +85,13 @@ class SignatureCache:
         self.blocks: dict[Hashable, BlockCost] = {}
         self.hits = self.misses = self.kernel_hits = self.kernel_misses = 0
 
-    def graph_time_ms(self, graph: LayerGraph) -> float:
+    def graph_time_ms(self, graph: LayerGraph, output_reorders: bool = True) -> float:
         """Sum of the kernel times of ``graph``; unseen kernel signatures are predicted (one
         vectorized call per kind) and remembered. Equals ``estimator(graph)`` minus the
-        profile's per-inference overhead; a predicted time that is NaN, negative or
-        infinite is an :class:`~annette_torch.estimator.EstimateError` naming the kernel, as
-        in an estimate (never a NaN in the cache)."""
+        profile's per-inference overhead (without ``output_reorders``: also minus its
+        :data:`~annette_torch.mapping.OUTPUT_REORDER` kernels); a predicted time that is NaN,
+        negative or infinite is an :class:`~annette_torch.estimator.EstimateError` naming
+        the kernel, as in an estimate (never a NaN in the cache)."""
         table = self.estimator.kernel_table(graph)
         keys = [(kind, fused[1:], row.tobytes()) for kind, fused, row in zip(table.kinds, table.layer_kinds, table.features)]
         measured = self.estimator.measured_ms(table)
@@ -102,7 +109,8 @@ class SignatureCache:
             self.estimator.checked_sum(graph, table, kind, np.array(rows), np.atleast_1d(seconds))
             for i, s in zip(rows, np.atleast_1d(seconds)):
                 self.kernels[keys[i]] = float(s) * 1e3
-        return float(sum(self.kernels[key] for i, key in enumerate(keys) if not table.free[i]))
+        return float(sum(self.kernels[key] for i, key in enumerate(keys)
+                         if not table.free[i] and (output_reorders or table.kinds[i] != OUTPUT_REORDER)))
 
     def block(self, signature: Hashable, build: Callable[[], nn.Module],
               input_shape: tuple[int, ...]) -> BlockCost:
@@ -115,18 +123,21 @@ class SignatureCache:
             return cost
         self.misses += 1
         graph = _trace_block(build, input_shape)
-        cost = BlockCost(self.graph_time_ms(graph), float(graph.features[:, _OPS].sum()),
-                         float(graph.features[:, _WEIGHTS].sum()))
+        inside = self.graph_time_ms(graph, output_reorders=False)
+        cost = BlockCost(inside, float(graph.features[:, _OPS].sum()), float(graph.features[:, _WEIGHTS].sum()),
+                         self.graph_time_ms(graph) - inside)
         self.blocks[key] = cost
         return cost
 
     def blocks_cost(self, blocks: Iterable[tuple[Hashable, Callable[[], nn.Module], tuple[int, ...]]]) -> BlockCost:
-        """Summed cost of (signature, build, input_shape) blocks, plus the overhead once."""
-        time_ms = ops = weights = 0.0
+        """Summed cost of (signature, build, input_shape) blocks, plus the overhead once and
+        the last block's output reorder (the network returns that block's output)."""
+        time_ms = ops = weights = reorder_ms = 0.0
         for signature, build, shape in blocks:
             cost = self.block(signature, build, shape)
             time_ms, ops, weights = time_ms + cost.time_ms, ops + cost.ops, weights + cost.weights
-        return BlockCost(time_ms + self.estimator.profile.overhead_ms, ops, weights)
+            reorder_ms = cost.output_reorder_ms
+        return BlockCost(time_ms + reorder_ms + self.estimator.profile.overhead_ms, ops, weights, reorder_ms)
 
     def candidates(self, space, archs: Iterable, progress: bool | None = None) -> list[BlockCost]:
         """Batched estimation of many architectures of one space (anything with a
