@@ -396,17 +396,15 @@ def cmd_stores(args: argparse.Namespace) -> int:
     unknown = sorted(set(args.drop_family or ()) - set(FAMILIES))
     if unknown:
         raise ValueError(f"--drop-family: no benchmark family {', '.join(unknown)}; families: {', '.join(sorted(FAMILIES))}")
-    for family in args.drop_family or ():
+    if args.drop_family or args.compact:
         for folder in folders:
             fingerprint, _, _ = load_measurements(folder)
             with MeasurementStore.open(folder.parent, fingerprint) as store:
-                print(f"dropped {store.drop_family(family)} {family} benchmarks from {folder}")
-    if args.compact:
-        for folder in folders:
-            fingerprint, _, _ = load_measurements(folder)
-            with MeasurementStore.open(folder.parent, fingerprint) as store:
-                store.compact()
-            print(f"compacted {folder}")
+                for family in args.drop_family or ():
+                    print(f"dropped {store.drop_family(family)} {family} benchmarks from {folder}")
+                if args.compact:
+                    store.compact()
+                    print(f"compacted {folder}")
     table = pd.DataFrame([summarize(folder) for folder in folders]).drop(columns="store")
     with pd.option_context("display.width", 200, "display.float_format", "{:.3f}".format):
         print(table.to_string(index=False))

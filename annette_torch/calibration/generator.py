@@ -1005,9 +1005,7 @@ class Unique(nn.Module):
 
 def _ranked(p: dict[str, Any], name: str, layer: nn.Module) -> tuple[nn.Module, tuple[int, ...]]:
     """A 1x1 conv, its output flattened per image, then ``layer`` (named ``name``)."""
-    net = nn.Sequential()
-    net.add_module("conv", nn.Conv2d(p["c"], p["c"], 1, bias=False))
-    net.add_module("flatten", nn.Flatten(1))
+    net = _after_conv(p["c"], "flatten", nn.Flatten(1))
     net.add_module(name, layer)
     return net, (p["n"], p["c"], p["h"], p["w"])
 

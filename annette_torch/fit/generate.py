@@ -254,7 +254,7 @@ def _network_scores(profile: Profile, data: StoreData, test_ids: list[str], scal
     kernel sum, i.e. what perfect kernel predictions would score."""
     networks = data.networks.loc[test_ids]
     measured = networks["time_ms"].to_numpy()
-    inserted = scale * runtime_kernels_ms(data, profile).loc[test_ids].to_numpy()
+    inserted = scale * runtime_kernels_ms(data, profile.reorders_outputs).loc[test_ids].to_numpy()
     long = measured >= long_ms
     estimates = {"measured kernels": (profile.overhead_ms + scale * networks["layers_sum_ms"].to_numpy()
                                       + profile.kernel_overhead_ms * networks["kernels"].to_numpy())}

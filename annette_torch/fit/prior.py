@@ -303,7 +303,7 @@ def _network_mape(profile: Profile, data: StoreData, ids: list[str], scale: floa
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ProfileMismatchWarning)
         estimator = Estimator(profile, weights_from_memory=False)
-    inserted = scale * runtime_kernels_ms(data, profile).loc[ids].to_numpy()
+    inserted = scale * runtime_kernels_ms(data, profile.reorders_outputs).loc[ids].to_numpy()
     estimates = np.array([estimator(data.graphs[b]) for b in ids]) + inserted
     return mape(estimates, data.networks.loc[ids, "time_ms"].to_numpy())
 
@@ -318,7 +318,7 @@ def fit_overhead(profile: Profile, data: StoreData, ids: list[str], scale: float
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ProfileMismatchWarning)
         estimator = Estimator(dataclasses.replace(profile, overhead_ms=0.0), weights_from_memory=False)
-    kernels = np.array([estimator(data.graphs[b]) for b in ids]) + scale * runtime_kernels_ms(data, profile).loc[ids].to_numpy()
+    kernels = np.array([estimator(data.graphs[b]) for b in ids]) + scale * runtime_kernels_ms(data, profile.reorders_outputs).loc[ids].to_numpy()
     measured = data.networks.loc[ids, "time_ms"].to_numpy()
     result = least_squares(lambda p: (p[0] + kernels - measured) / measured, [profile.overhead_ms],
                            loss="soft_l1", f_scale=0.05, bounds=([0.0], [np.inf]))

@@ -16,7 +16,6 @@ fitted on; a kernel whose layers the target optimized out has no time of its own
 from __future__ import annotations
 
 import hashlib
-from typing import Any
 from dataclasses import dataclass
 
 import numpy as np
@@ -185,13 +184,14 @@ def _output_reorder_ms(data: StoreData, pattern: str) -> dict[str, tuple[float, 
     return {b: (t, s) for b, t, s in zip(summed.index, summed["time"], summed["spread"])}
 
 
-def runtime_kernels_ms(data: StoreData, profile: Any = None) -> pd.Series:
+def runtime_kernels_ms(data: StoreData, without_output_reorders: bool = False) -> pd.Series:
     """Per benchmark, the summed time of kernels the runtime inserted (rows without a
-    layer, such as layout reorders at the network's input and output) that ``profile``
-    does not estimate: with a profile that ``reorders_outputs``, the output reorders (its
-    :data:`~annette_torch.mapping.OUTPUT_REORDER` kernels) are left out."""
+    layer, such as layout reorders at the network's input and output); with
+    ``without_output_reorders`` (for a profile that ``reorders_outputs``, whose
+    :data:`~annette_torch.mapping.OUTPUT_REORDER` kernels estimate them) the output
+    reorders are left out."""
     rows = data.layers[data.layers["layer"] == ""]
-    pattern = output_reorder_pattern(data) if getattr(profile, "reorders_outputs", False) else ""
+    pattern = output_reorder_pattern(data) if without_output_reorders else ""
     if pattern:
         rows = rows[~rows["kernel"].str.contains(pattern, regex=True)]
     return rows.groupby("benchmark")["time_ms"].sum().reindex(data.networks.index, fill_value=0.0)

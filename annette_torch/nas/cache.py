@@ -85,13 +85,17 @@ class SignatureCache:
         self.blocks: dict[Hashable, BlockCost] = {}
         self.hits = self.misses = self.kernel_hits = self.kernel_misses = 0
 
-    def graph_time_ms(self, graph: LayerGraph, output_reorders: bool = True) -> float:
+    def graph_time_ms(self, graph: LayerGraph) -> float:
         """Sum of the kernel times of ``graph``; unseen kernel signatures are predicted (one
         vectorized call per kind) and remembered. Equals ``estimator(graph)`` minus the
-        profile's per-inference overhead (without ``output_reorders``: also minus its
-        :data:`~annette_torch.mapping.OUTPUT_REORDER` kernels); a predicted time that is NaN,
-        negative or infinite is an :class:`~annette_torch.estimator.EstimateError` naming
-        the kernel, as in an estimate (never a NaN in the cache)."""
+        profile's per-inference overhead; a predicted time that is NaN, negative or
+        infinite is an :class:`~annette_torch.estimator.EstimateError` naming the kernel, as
+        in an estimate (never a NaN in the cache)."""
+        return self._graph_ms(graph)[0]
+
+    def _graph_ms(self, graph: LayerGraph) -> tuple[float, float]:
+        """(sum of the kernel times of ``graph``, the part in its output reorders), as
+        :meth:`graph_time_ms` computes and caches them."""
         table = self.estimator.kernel_table(graph)
         keys = [(kind, fused[1:], row.tobytes()) for kind, fused, row in zip(table.kinds, table.layer_kinds, table.features)]
         measured = self.estimator.measured_ms(table)
@@ -109,8 +113,8 @@ class SignatureCache:
             self.estimator.checked_sum(graph, table, kind, np.array(rows), np.atleast_1d(seconds))
             for i, s in zip(rows, np.atleast_1d(seconds)):
                 self.kernels[keys[i]] = float(s) * 1e3
-        return float(sum(self.kernels[key] for i, key in enumerate(keys)
-                         if not table.free[i] and (output_reorders or table.kinds[i] != OUTPUT_REORDER)))
+        times = [self.kernels[key] if not table.free[i] else 0.0 for i, key in enumerate(keys)]
+        return float(sum(times)), float(sum(t for t, kind in zip(times, table.kinds) if kind == OUTPUT_REORDER))
 
     def block(self, signature: Hashable, build: Callable[[], nn.Module],
               input_shape: tuple[int, ...]) -> BlockCost:
@@ -123,9 +127,9 @@ class SignatureCache:
             return cost
         self.misses += 1
         graph = _trace_block(build, input_shape)
-        inside = self.graph_time_ms(graph, output_reorders=False)
-        cost = BlockCost(inside, float(graph.features[:, _OPS].sum()), float(graph.features[:, _WEIGHTS].sum()),
-                         self.graph_time_ms(graph) - inside)
+        total, reorders = self._graph_ms(graph)
+        cost = BlockCost(total - reorders, float(graph.features[:, _OPS].sum()), float(graph.features[:, _WEIGHTS].sum()),
+                         reorders)
         self.blocks[key] = cost
         return cost
 
