@@ -12,6 +12,7 @@ from torch import nn
 from annette_torch import Estimator, trace
 from annette_torch.calibration import BenchmarkSpec, MeasurementStore, build_benchmark, load_sweep
 from annette_torch.cli import main
+from annette_torch.fit.overhead import Gap
 from annette_torch.fit.prior import fit_prior_corrected
 from annette_torch.mapping import FusionRule
 from annette_torch.nas.nasbench201 import NB201Network
@@ -33,12 +34,16 @@ def _estimator(profile, **options) -> Estimator:
 def synthetic_store(root, prior, specs, factor: float, kinds=None, unfused=()):
     """A store whose benchmarks took ``factor`` times what ``prior`` estimates, every kernel
     grouped as the prior groups it: each primary layer executed with the kernel's time in
-    profiler terms ((factor * estimate - per-kernel overhead) / the prior's gap scale, so
+    profiler terms ((factor * estimate - per-kernel overhead) unscaled by the prior's gap, so
     that in end-to-end terms it is ``factor`` times the prior's), the layers fused into it
     fused. ``kinds``: only kernels of these kinds are measured (others: not executed);
     layers of the kinds in ``unfused`` ran as kernels of their own (1 us each)."""
     estimator = _estimator(prior, weights_from_memory=False)
-    scale = prior.fit_metrics["gap"]["scale"]
+    gap = Gap.from_dict(prior.fit_metrics["gap"])
+    grid = np.logspace(-7, 5, 4000)
+
+    def profiled(end_to_end_ms: float) -> float:     # the inverse of gap.scaled (increasing)
+        return float(np.interp(end_to_end_ms, gap.scaled(grid), grid))
     with MeasurementStore.open(root, FINGERPRINT) as store:
         for spec in specs:
             module, shape = build_benchmark(spec)
@@ -49,11 +54,11 @@ def synthetic_store(root, prior, specs, factor: float, kinds=None, unfused=()):
                 if not table.layers[k]:          # an output reorder: a runtime row, named as OpenVINO names it
                     rows.append({"benchmark": spec.id, "layer": "", "kernel": f"{table.names[k]}/sink_port_0",
                                  "status": "executed", "spread": 0.01,
-                                 "time_ms": (factor * times.time_ms[k] - prior.kernel_overhead_ms) / scale})
+                                 "time_ms": profiled(factor * times.time_ms[k] - prior.kernel_overhead_ms)})
                     continue
                 primary, *fused = table.layers[k]
                 measured = kinds is None or table.kinds[k] in kinds
-                ms = (factor * times.time_ms[k] - prior.kernel_overhead_ms) / scale
+                ms = profiled(factor * times.time_ms[k] - prior.kernel_overhead_ms)
                 rows.append({"benchmark": spec.id, "layer": primary, "kind": graph[primary].kind,
                              "status": "executed" if measured else "optimized", "time_ms": ms if measured else 0.0,
                              "spread": 0.01})

@@ -9,7 +9,8 @@ Steps (each in its own module):
 1. trace every ok benchmark from its spec (:mod:`.table`);
 2. learn the fusion rules (:mod:`.mapping`);
 3. fit the per-inference overhead and the gap between summed kernel times and end-to-end
-   time (:mod:`.overhead`); kernel times are multiplied by its ``scale`` before fitting;
+   time (:mod:`.overhead`); kernel times are multiplied by its factor (a scale that
+   follows the kernel's duration) before fitting;
 4. map each benchmark with the rules and join kernels with their measured times
    (:mod:`.table`); keep kernels grouped as the target grouped them, at least
    ``min_time_ms`` long (shorter ones are a few ticks of the profilers' microsecond
@@ -68,7 +69,7 @@ from ..validation import number, read_text, safe_name
 from .fused import costly_members, fit_fused_costs, is_plain
 from .kinds import KindFit, fit_kind, learner_errors, mape
 from .mapping import PairDecision, describe_rule, learn_rules, rule_accuracy
-from .overhead import Gap, fit_gap
+from .overhead import Gap, fit_gap, kernel_decade_sums, scaled_kernel_sums
 from .ranges import calibrated_ranges
 from .roofline import as_plain, fit_roofline
 from .table import StoreData, held_out, kernel_table, load_store, output_reorder_pattern, runtime_kernels_ms
@@ -108,9 +109,9 @@ def _weights(table: pd.DataFrame) -> np.ndarray:
     return 1.0 / (0.05 + table["spread"].fillna(0.05).to_numpy())
 
 
-def _xy(table: pd.DataFrame, scale: float) -> tuple[np.ndarray, np.ndarray]:
-    """(feature matrix, target seconds = measured times * ``scale``)."""
-    return table[list(FEATURES)].to_numpy(), table["time_ms"].to_numpy() * scale / 1e3
+def _xy(table: pd.DataFrame, gap: Gap) -> tuple[np.ndarray, np.ndarray]:
+    """(feature matrix, target seconds = measured times scaled by ``gap``)."""
+    return table[list(FEATURES)].to_numpy(), gap.scaled(table["time_ms"].to_numpy()) / 1e3
 
 
 def _selected(data: StoreData, train: set[str], min_time_ms: float, max_spread: float,
@@ -119,7 +120,9 @@ def _selected(data: StoreData, train: set[str], min_time_ms: float, max_spread: 
     usable kernel rows of every benchmark (``train`` marking the fitted ones)."""
     rules, decisions = learn_rules(data, train)
     fitted = data.networks.index.isin(train)
-    gap = fit_gap(*(data.networks[c].to_numpy()[fitted] for c in ("time_ms", "layers_sum_ms", "kernels")))
+    decade_sums = kernel_decade_sums(data.layers).reindex(data.networks.index, fill_value=0.0).to_numpy()
+    gap = fit_gap(*(data.networks[c].to_numpy()[fitted] for c in ("time_ms", "layers_sum_ms", "kernels")),
+                  decade_sums[fitted])
     table = kernel_table(data, rules, _backend_flag(data, "optimizes_graph"), _backend_flag(data, "trains"),
                          merge_elementwise=_backend_flag(data, "merges_elementwise"),
                          output_reorders=output_reorder_pattern(data))
@@ -143,20 +146,20 @@ def _fit_pass(data: StoreData, train: set[str], min_time_ms: float, max_spread: 
     fits = {}
     for kind, group in rows[plain].groupby("kind"):     # step 6: kinds on their plain kernels
         if len(group) >= min_rows:
-            fits[kind] = fit_kind(*_xy(group, gap.scale), _weights(group), min_learned_rows, seed)
+            fits[kind] = fit_kind(*_xy(group, gap), _weights(group), min_learned_rows, seed)
     # the default answers kinds without an entry: rarely products (those have entries)
     others = rows[plain & ~rows["kind"].isin(PRODUCT_KINDS)]
     basis = others if len(others) >= min_rows else rows[plain]
-    default = fit_roofline(*_xy(basis, gap.scale), _weights(basis))
+    default = fit_roofline(*_xy(basis, gap), _weights(basis))
     fused = rows[~plain]
-    features, seconds = _xy(fused, gap.scale)
+    features, seconds = _xy(fused, gap)
     modelled = np.zeros(len(fused))
     for kind, index in fused.groupby("kind").indices.items():
         fit = fits.get(kind)
         model = default if fit is None else fit.models[next(t for t in PREFERENCE if t in fit.models)]
         modelled[index] = model.predict(features[index])[0]
     return _Pass(rules, decisions, gap, kernels, fits, calibrated_ranges(rows[plain], min_rows), default,
-                 fit_weight_bandwidth(rows, gap.scale, default.bit_weights),
+                 fit_weight_bandwidth(rows, gap, default.bit_weights),
                  fit_fused_costs(fused, modelled, seconds, min_rows))
 
 
@@ -223,11 +226,11 @@ def _profile(name: str, data: StoreData, fitted: _Pass, fit_metrics: dict, notes
         fit_metrics=fit_metrics, notes=notes, ranges=ranges)
 
 
-def _kernel_scores(profile: Profile, test: pd.DataFrame, scale: float) -> dict[str, Any]:
+def _kernel_scores(profile: Profile, test: pd.DataFrame, gap: Gap) -> dict[str, Any]:
     """Per kind and overall: held-out kernel MAPE of each model type, each kernel
     answered as the estimator would (the type's entry for the kind, else its fallback,
     plus the cost of its fused layers)."""
-    features, seconds = _xy(test, scale)
+    features, seconds = _xy(test, gap)
     costs = profile.fused_cost_s_per_elem
     per_elem = np.array([sum(costs.get(k, 0.0) for k in costly_members(f)) for f in test["fused_kinds"]])
     predicted = {t: np.zeros(len(test)) for t in profile.layer_models}
@@ -243,20 +246,21 @@ def _kernel_scores(profile: Profile, test: pd.DataFrame, scale: float) -> dict[s
     return {"kinds": kinds, "all_kernels_mape": {t: mape(p, seconds) for t, p in predicted.items()}}
 
 
-def _network_scores(profile: Profile, data: StoreData, test_ids: list[str], scale: float,
+def _network_scores(profile: Profile, data: StoreData, test_ids: list[str], gap: Gap,
                     long_ms: float = 1.0) -> dict[str, Any]:
     """End-to-end MAPE of the held-out benchmarks (all, and those of at least ``long_ms``),
     per model type with and without the mapping model. The estimator does not predict
     the kernels the runtime inserted (layout reorders around a single-layer benchmark, but
-    the output reorders of a profile that models them), so their measured time (times
-    ``scale``) is added to every estimate. The row "measured
-    kernels" is the floor set by the store itself: overhead plus scale times the measured
-    kernel sum, i.e. what perfect kernel predictions would score."""
+    the output reorders of a profile that models them), so their measured time (scaled by
+    ``gap``) is added to every estimate. The row "measured
+    kernels" is the floor set by the store itself: overhead plus the scaled measured
+    kernel times, i.e. what perfect kernel predictions would score."""
     networks = data.networks.loc[test_ids]
     measured = networks["time_ms"].to_numpy()
-    inserted = scale * runtime_kernels_ms(data, profile.reorders_outputs).loc[test_ids].to_numpy()
+    inserted = runtime_kernels_ms(data, profile.reorders_outputs, gap).loc[test_ids].to_numpy()
     long = measured >= long_ms
-    estimates = {"measured kernels": (profile.overhead_ms + scale * networks["layers_sum_ms"].to_numpy()
+    scaled_sums = scaled_kernel_sums(data.layers, gap).reindex(test_ids, fill_value=0.0).to_numpy()
+    estimates = {"measured kernels": (profile.overhead_ms + scaled_sums
                                       + profile.kernel_overhead_ms * networks["kernels"].to_numpy())}
     for mapping in (True, False):
         for type_name in profile.layer_models:
@@ -271,9 +275,9 @@ def _network_scores(profile: Profile, data: StoreData, test_ids: list[str], scal
 
 def _held_out_scores(profile: Profile, data: StoreData, fitted: _Pass, test_ids: list[str], seed: int) -> dict:
     """Everything :func:`format_report` shows about the held-out benchmarks."""
-    kernels, scale = fitted.kernels, fitted.gap.scale
+    kernels, gap = fitted.kernels, fitted.gap
     train, test = kernels[kernels["train"]], kernels[~kernels["train"]]
-    scores = _kernel_scores(profile, test, scale)
+    scores = _kernel_scores(profile, test, gap)
     for kind, fit in fitted.fits.items():
         info = scores["kinds"].setdefault(kind, {"test_kernels": 0})
         info.update(train_kernels=int((train["kind"] == kind).sum()), learner=fit.learner,
@@ -283,9 +287,9 @@ def _held_out_scores(profile: Profile, data: StoreData, fitted: _Pass, test_ids:
         rows = test[test["kind"] == kind]
         if fit.learner and len(rows):
             own = train[train["kind"] == kind]
-            info["learner_test_mape"] = learner_errors(*_xy(own, scale), _weights(own), fit.models["refined_roofline"],
-                                                       *_xy(rows, scale), seed)
-    return {**scores, "networks": _network_scores(profile, data, test_ids, scale),
+            info["learner_test_mape"] = learner_errors(*_xy(own, gap), _weights(own), fit.models["refined_roofline"],
+                                                       *_xy(rows, gap), seed)
+    return {**scores, "networks": _network_scores(profile, data, test_ids, gap),
             "mapping_accuracy": rule_accuracy(data, fitted.rules, set(test_ids)), "gap": fitted.gap.to_dict()}
 
 
@@ -442,7 +446,8 @@ def format_report(metrics: dict) -> str:
     gap = metrics["gap"]
     lines += ["", f"fusion decisions right on held-out edges: {_cell(100 * held['mapping_accuracy'])}%",
               f"overhead {gap['overhead_ms']:.4f} ms per inference and {1e3 * gap.get('kernel_ms', 0.0):+.2f} us per "
-              f"kernel, scale {gap['scale']:.3f} on kernel times (end-to-end MAPE of {gap['benchmarks']} benchmarks: "
+              f"kernel, scale {gap['scale']:.3f} on kernel times of {gap.get('reference_kernel_ms', 0.1):g} ms, "
+              f"{gap.get('slope', 0.0):+.3f} per decade (end-to-end MAPE of {gap['benchmarks']} benchmarks: "
               f"{_cell(gap['mape_sum'])}% for the plain sum of their kernels, {_cell(gap['mape_fit'])}% with these)",
               _weight_line(metrics.get("weight_bandwidth", {}), metrics.get("weight_bandwidth_bytes_s")),
               _fused_line(metrics.get("fused_costs", {})),

@@ -15,7 +15,7 @@ Method (the argument and the evidence: ``docs/prior.md``):
    the usual filters of :mod:`.generate`; kinds other than products only where they read
    another kernel's output, as in a network) gives one sample ``r = log(target / prior)``
    per model type that answers its kind: ``target`` is its measured time in end-to-end
-   terms (times the prior's gap ``scale`` plus its per-kernel overhead), ``prior`` what
+   terms (scaled by the prior's gap, :class:`.overhead.Gap`, plus its per-kernel overhead), ``prior`` what
    the prior's estimator gives that kernel (fused-layer costs, per-kernel overhead and
    adaptation included, no weights-from-memory floor: a benchmark runs in a loop).
 3. **Empirical Bayes per kind**: the kind's factor is ``exp(b * mean r)``, the weighted
@@ -67,6 +67,7 @@ from ..profiles.fingerprint import ProfileMismatchWarning
 from ..profiles.profile import profile_digest
 from ..validation import number, safe_name
 from .kinds import mape
+from .overhead import Gap
 from .mapping import describe_rule, fusion_examples, learn_rules
 from .table import StoreData, held_out, kernel_table, load_store, output_reorder_pattern, runtime_kernels_ms
 
@@ -148,10 +149,9 @@ def checked_rules(data: StoreData, prior: Profile) -> tuple[tuple[FusionRule, ..
     return tuple(kept) + tuple(r for pair_rules in replaced.values() for r in pair_rules), checks
 
 
-def _gap_scale(prior: Profile) -> float:
-    """The prior's scale between profiled kernel times and their end-to-end share (1 if unrecorded)."""
-    scale = (prior.fit_metrics.get("gap") or {}).get("scale")
-    return float(scale) if isinstance(scale, (int, float)) and np.isfinite(scale) and scale > 0 else 1.0
+def _gap(prior: Profile) -> Gap:
+    """The prior's gap between profiled kernel times and their end-to-end share (scale 1 if unrecorded)."""
+    return Gap.from_dict(prior.fit_metrics.get("gap"))
 
 
 @dataclasses.dataclass
@@ -205,7 +205,7 @@ def _samples(data: StoreData, prior: Profile, rules: tuple[FusionRule, ...], min
     keep &= ~(~table["kind"].isin(PRODUCT_KINDS) & table["reads_input"])
     index = np.flatnonzero(keep.to_numpy())
     measured = table["time_ms"].to_numpy()[index]
-    scaled = _gap_scale(prior) * measured
+    scaled = _gap(prior).scaled(measured)
     target = np.maximum(scaled + prior.kernel_overhead_ms, 0.5 * scaled)
     return _Samples(table.iloc[index].reset_index(drop=True), target,
                     {t: p[index] for t, p in predicted.items()}, preferred[index])
@@ -296,19 +296,19 @@ def _kernel_mape(samples: _Samples, corrections: dict[str, dict[str, KindCorrect
     return result
 
 
-def _network_mape(profile: Profile, data: StoreData, ids: list[str], scale: float) -> float:
+def _network_mape(profile: Profile, data: StoreData, ids: list[str], gap: Gap) -> float:
     """End-to-end MAPE of benchmarks ``ids`` under ``profile`` (runtime-inserted kernels added as measured)."""
     if not ids:
         return float("nan")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ProfileMismatchWarning)
         estimator = Estimator(profile, weights_from_memory=False)
-    inserted = scale * runtime_kernels_ms(data, profile.reorders_outputs).loc[ids].to_numpy()
+    inserted = runtime_kernels_ms(data, profile.reorders_outputs, gap).loc[ids].to_numpy()
     estimates = np.array([estimator(data.graphs[b]) for b in ids]) + inserted
     return mape(estimates, data.networks.loc[ids, "time_ms"].to_numpy())
 
 
-def fit_overhead(profile: Profile, data: StoreData, ids: list[str], scale: float) -> float | None:
+def fit_overhead(profile: Profile, data: StoreData, ids: list[str], gap: Gap) -> float | None:
     """The per-inference overhead (ms) that makes ``profile``'s kernel sums of benchmarks
     ``ids`` meet their end-to-end times: ``end_to_end ~ overhead + kernels`` fitted
     robustly (soft-L1 on relative errors, as :mod:`.overhead`), at least 0; None with fewer
@@ -318,7 +318,8 @@ def fit_overhead(profile: Profile, data: StoreData, ids: list[str], scale: float
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ProfileMismatchWarning)
         estimator = Estimator(dataclasses.replace(profile, overhead_ms=0.0), weights_from_memory=False)
-    kernels = np.array([estimator(data.graphs[b]) for b in ids]) + scale * runtime_kernels_ms(data, profile.reorders_outputs).loc[ids].to_numpy()
+    kernels = (np.array([estimator(data.graphs[b]) for b in ids])
+               + runtime_kernels_ms(data, profile.reorders_outputs, gap).loc[ids].to_numpy())
     measured = data.networks.loc[ids, "time_ms"].to_numpy()
     result = least_squares(lambda p: (p[0] + kernels - measured) / measured, [profile.overhead_ms],
                            loss="soft_l1", f_scale=0.05, bounds=([0.0], [np.inf]))
@@ -357,7 +358,7 @@ def fit_prior_corrected(store: str | os.PathLike | StoreData, prior: str | os.Pa
     train_rows = np.flatnonzero(~np.isin(benchmarks, test_ids))
     all_rows = np.arange(len(benchmarks))
     digest = profile_digest(prior)
-    scale = _gap_scale(prior)
+    gap = _gap(prior)
 
     # an adaptation that maps without fusion ignores the rules: the prior's stay as they were
     mapping = rules if prior.adaptation is None or prior.adaptation.fusion == "source" else prior.mapping
@@ -370,14 +371,14 @@ def fit_prior_corrected(store: str | os.PathLike | StoreData, prior: str | os.Pa
             description=f"{prior.name} corrected by {len(ids)} benchmarks of {fp.get('backend')} "
                         f"{fp.get('runtime_version')}, {fp.get('threads')} thread(s), {fp.get('precision')}",
             notes=[*prior.notes, PRIOR_NOTE])
-        overhead = fit_overhead(profile, data, fitted_ids, scale)
+        overhead = fit_overhead(profile, data, fitted_ids, gap)
         return profile if overhead is None else dataclasses.replace(profile, overhead_ms=overhead)
 
     train_ids = [b for b, t in zip(ids, is_test) if not t]
     held_corrections, _ = fit_corrections(samples, train_rows, seed)
     held = {"benchmarks": len(test_ids),
-            "prior_mape": _network_mape(dataclasses.replace(prior, mapping=mapping), data, test_ids, scale),
-            "corrected_mape": _network_mape(corrected(held_corrections, {}, train_ids), data, test_ids, scale)}
+            "prior_mape": _network_mape(dataclasses.replace(prior, mapping=mapping), data, test_ids, gap),
+            "corrected_mape": _network_mape(corrected(held_corrections, {}, train_ids), data, test_ids, gap)}
     corrections, stats = fit_corrections(samples, all_rows, seed)
     final = corrected(corrections, {"store": store_name, "benchmarks": len(ids), "seed": seed}, ids)
     kernels = _kernel_mape(samples, corrections, all_rows)
@@ -387,7 +388,7 @@ def fit_prior_corrected(store: str | os.PathLike | StoreData, prior: str | os.Pa
         "benchmarks": len(ids), "measuring_s": float(data.networks["wall_s"].fillna(0.0).sum()) if ids else 0.0,
         "usable_kernels": len(samples.kernels),
         "samples_per_kind": {k: int(v) for k, v in samples.kernels["kind"].value_counts().sort_index().items()},
-        "kinds": kernels, "shrinkage": stats, "gap_scale": scale,
+        "kinds": kernels, "shrinkage": stats, "gap": gap.to_dict(),
         "held_out": held, "split": {"seed": seed, "test_share": test_share, "test_benchmarks": len(test_ids)},
         "fusion": {"pairs": rule_checks, "rules": [describe_rule(r) for r in rules],
                    "replaced": [f"{c['primary']} + {c['secondary']}" for c in rule_checks if c["replaced"]]},

@@ -184,9 +184,10 @@ def _output_reorder_ms(data: StoreData, pattern: str) -> dict[str, tuple[float, 
     return {b: (t, s) for b, t, s in zip(summed.index, summed["time"], summed["spread"])}
 
 
-def runtime_kernels_ms(data: StoreData, without_output_reorders: bool = False) -> pd.Series:
+def runtime_kernels_ms(data: StoreData, without_output_reorders: bool = False, gap=None) -> pd.Series:
     """Per benchmark, the summed time of kernels the runtime inserted (rows without a
-    layer, such as layout reorders at the network's input and output); with
+    layer, such as layout reorders at the network's input and output), each scaled by
+    ``gap`` (a :class:`~annette_torch.fit.overhead.Gap`; None: as profiled); with
     ``without_output_reorders`` (for a profile that ``reorders_outputs``, whose
     :data:`~annette_torch.mapping.OUTPUT_REORDER` kernels estimate them) the output
     reorders are left out."""
@@ -194,5 +195,6 @@ def runtime_kernels_ms(data: StoreData, without_output_reorders: bool = False) -
     pattern = output_reorder_pattern(data) if without_output_reorders else ""
     if pattern:
         rows = rows[~rows["kernel"].str.contains(pattern, regex=True)]
-    return rows.groupby("benchmark")["time_ms"].sum().reindex(data.networks.index, fill_value=0.0)
+    times = rows["time_ms"] if gap is None else pd.Series(gap.scaled(rows["time_ms"].to_numpy()), index=rows.index)
+    return times.groupby(rows["benchmark"]).sum().reindex(data.networks.index, fill_value=0.0)
 

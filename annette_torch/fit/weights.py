@@ -4,7 +4,7 @@
 Fully connected kernels whose weights are larger than any last-level cache of the
 CPUs this targets (at least ``min_bytes``, 64 MiB) read their weights from memory even
 in a benchmark loop. Their weight bytes over their measured time (times the gap's
-scale) is the rate; the profile keeps the median over those kernels, or none when the
+end-to-end share, :class:`~annette_torch.fit.overhead.Gap`) is the rate; the profile keeps the median over those kernels, or none when the
 store has fewer than ``min_rows`` of them (the sweeps' ``linear`` rows with thousands of
 inputs and outputs provide them).
 """
@@ -16,7 +16,7 @@ import pandas as pd
 MIN_WEIGHT_BYTES = 64 * 2 ** 20
 
 
-def fit_weight_bandwidth(kernels: pd.DataFrame, scale: float, bit_weights: int = 32,
+def fit_weight_bandwidth(kernels: pd.DataFrame, gap, bit_weights: int = 32,
                          min_bytes: float = MIN_WEIGHT_BYTES, min_rows: int = 3) -> tuple[float | None, dict]:
     """(bandwidth in bytes/s or None, a summary of the kernels it came from) from the
     kernel table's ``linear`` rows with at least ``min_bytes`` of weights."""
@@ -24,7 +24,7 @@ def fit_weight_bandwidth(kernels: pd.DataFrame, scale: float, bit_weights: int =
     use = (kernels["kind"].to_numpy() == "linear") & (weight_bytes >= min_bytes)
     if use.sum() < min_rows:
         return None, {"kernels": int(use.sum()), "min_weight_bytes": min_bytes}
-    rates = weight_bytes[use] / (kernels["time_ms"].to_numpy()[use] * scale / 1e3)
+    rates = weight_bytes[use] / (gap.scaled(kernels["time_ms"].to_numpy()[use]) / 1e3)
     p10, median, p90 = np.percentile(rates, [10, 50, 90])
     return float(median), {"kernels": int(use.sum()), "min_weight_bytes": min_bytes,
                            "largest_weight_bytes": float(weight_bytes[use].max()),
