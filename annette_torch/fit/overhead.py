@@ -11,9 +11,9 @@ fitted robustly (soft-L1 on relative errors) with ``overhead_ms >= 0``. ``overhe
 is the profile's per-inference overhead; ``factor`` (what profiling adds or hides in
 proportion) multiplies the kernel times the layer models are fitted to. It depends on a
 kernel's duration: on OpenVINO a 10 us kernel runs end to end in about 0.83 of its
-profiled time, a 10 ms one in 0.99 (``slope`` 0.056 per decade), and a single scale for
-both had left every network of long kernels (BERT, large CNNs) about 6 % short and every
-network of tiny kernels (NAS-Bench-201 cells) over. ``kernel_ms`` is
+profiled time, a 10 ms one in 0.997 (``slope`` 0.056 per decade); a single scale for
+both had left the store's benchmarks of 1-100 ms about 6 % short on average, and
+estimates of networks of tiny kernels (NAS-Bench-201 cells) long. ``kernel_ms`` is
 what each executed kernel adds end to end beyond its profiled time: dispatch between
 kernels when positive, the profiler's own cost per kernel when negative (ONNX Runtime's
 profiler adds about 2 us to every kernel). Networks of many small kernels, such as
