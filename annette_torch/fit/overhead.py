@@ -93,17 +93,21 @@ class Gap:
                    number("mape_fit", float("nan")), number("slope", 0.0))
 
 
+def _per_benchmark(layers: pd.DataFrame, values: np.ndarray) -> pd.Series:
+    """``values`` (one per layer row) summed per benchmark of the rows."""
+    return pd.Series(values, index=layers.index).groupby(layers["benchmark"]).sum()
+
+
 def kernel_decade_sums(layers: pd.DataFrame) -> pd.Series:
     """Per benchmark of a store's layer rows, the sum of ``time_ms * decades(time_ms)``
     (the term of the fit that carries the slope)."""
     times = layers["time_ms"].to_numpy(dtype=float)
-    return pd.Series(times * decades(times), index=layers.index).groupby(layers["benchmark"]).sum()
+    return _per_benchmark(layers, times * decades(times))
 
 
 def scaled_kernel_sums(layers: pd.DataFrame, gap: Gap) -> pd.Series:
     """Per benchmark of a store's layer rows, the sum of their times scaled by ``gap``."""
-    return pd.Series(gap.scaled(layers["time_ms"].to_numpy(dtype=float)),
-                     index=layers.index).groupby(layers["benchmark"]).sum()
+    return _per_benchmark(layers, gap.scaled(layers["time_ms"].to_numpy(dtype=float)))
 
 
 def fit_gap(end_to_end_ms: np.ndarray, kernels_ms: np.ndarray, kernels: np.ndarray,
@@ -130,7 +134,8 @@ def fit_gap(end_to_end_ms: np.ndarray, kernels_ms: np.ndarray, kernels: np.ndarr
     low, high = [0.0, 1e-3, -1.0] + [-0.5] * with_slope, [np.inf, np.inf, 0.0] + [0.5] * with_slope
     result = least_squares(relative, start, jac=lambda params: design, loss="soft_l1", f_scale=0.05,
                            bounds=(low, high))
-    overhead, scale, per_kernel, slope = (*(float(v) for v in result.x[:3]), float(result.x[3]) if with_slope else 0.0)
+    overhead, scale, per_kernel = (float(v) for v in result.x[:3])
+    slope = float(result.x[3]) if with_slope else 0.0
     if with_slope and abs(slope) < MIN_SLOPE:
         return fit_gap(end_to_end_ms, kernels_ms, kernels)
     return Gap(overhead, scale, per_kernel, int(len(y)), float(100 * np.mean(np.abs(x - y) / y)),

@@ -26,6 +26,7 @@ from ..calibration.sweep import BenchmarkSpec
 from ..graph import LayerGraph, trace
 from ..kinds import FEATURES
 from ..mapping import OUTPUT_REORDER, Counting, FusionRule, map_kernels
+from .overhead import Gap, scaled_kernel_sums
 
 
 @dataclass(frozen=True)
@@ -184,10 +185,10 @@ def _output_reorder_ms(data: StoreData, pattern: str) -> dict[str, tuple[float, 
     return {b: (t, s) for b, t, s in zip(summed.index, summed["time"], summed["spread"])}
 
 
-def runtime_kernels_ms(data: StoreData, without_output_reorders: bool = False, gap=None) -> pd.Series:
+def runtime_kernels_ms(data: StoreData, without_output_reorders: bool = False, gap: Gap | None = None) -> pd.Series:
     """Per benchmark, the summed time of kernels the runtime inserted (rows without a
     layer, such as layout reorders at the network's input and output), each scaled by
-    ``gap`` (a :class:`~annette_torch.fit.overhead.Gap`; None: as profiled); with
+    ``gap`` (None: as profiled); with
     ``without_output_reorders`` (for a profile that ``reorders_outputs``, whose
     :data:`~annette_torch.mapping.OUTPUT_REORDER` kernels estimate them) the output
     reorders are left out."""
@@ -195,6 +196,6 @@ def runtime_kernels_ms(data: StoreData, without_output_reorders: bool = False, g
     pattern = output_reorder_pattern(data) if without_output_reorders else ""
     if pattern:
         rows = rows[~rows["kernel"].str.contains(pattern, regex=True)]
-    times = rows["time_ms"] if gap is None else pd.Series(gap.scaled(rows["time_ms"].to_numpy()), index=rows.index)
-    return times.groupby(rows["benchmark"]).sum().reindex(data.networks.index, fill_value=0.0)
+    sums = rows.groupby("benchmark")["time_ms"].sum() if gap is None else scaled_kernel_sums(rows, gap)
+    return sums.reindex(data.networks.index, fill_value=0.0)
 

@@ -3,20 +3,22 @@
 
 Fully connected kernels whose weights are larger than any last-level cache of the
 CPUs this targets (at least ``min_bytes``, 64 MiB) read their weights from memory even
-in a benchmark loop. Their weight bytes over their measured time (times the gap's
-end-to-end share, :class:`~annette_torch.fit.overhead.Gap`) is the rate; the profile keeps the median over those kernels, or none when the
-store has fewer than ``min_rows`` of them (the sweeps' ``linear`` rows with thousands of
-inputs and outputs provide them).
+in a benchmark loop. Their weight bytes over their measured time (scaled to its
+end-to-end share by the gap, :class:`.overhead.Gap`) is the rate; the profile keeps the
+median over those kernels, or none when the store has fewer than ``min_rows`` of them
+(the sweeps' ``linear`` rows with thousands of inputs and outputs provide them).
 """
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
+from .overhead import Gap
+
 MIN_WEIGHT_BYTES = 64 * 2 ** 20
 
 
-def fit_weight_bandwidth(kernels: pd.DataFrame, gap, bit_weights: int = 32,
+def fit_weight_bandwidth(kernels: pd.DataFrame, gap: Gap, bit_weights: int = 32,
                          min_bytes: float = MIN_WEIGHT_BYTES, min_rows: int = 3) -> tuple[float | None, dict]:
     """(bandwidth in bytes/s or None, a summary of the kernels it came from) from the
     kernel table's ``linear`` rows with at least ``min_bytes`` of weights."""
