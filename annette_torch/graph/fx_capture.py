@@ -1,5 +1,10 @@
 """Primary capture: ``torch.fx`` symbolic tracing plus shape propagation.
 
+When plain FX fails, FX traces again with shapes (:class:`_ShapeTracer`): every proxy
+carries the meta tensor it stands for, so code that branches on ``x.shape``, ``x.dim()``
+or ``x.dtype`` (HuggingFace transformers' forwards do, throughout) traces too; the graph
+then holds the sizes of the given inputs, as an eager capture would.
+
 Shapes are propagated on the ``meta`` device (no data, no arithmetic): leaf modules are
 shallow-copied with meta parameters, attributes fetched from the model become meta
 tensors of the same shape. The user's model is never modified. When an op has no meta
@@ -12,11 +17,15 @@ from __future__ import annotations
 
 import copy
 import inspect
+import numbers
 import operator
 from typing import Any, Callable
 
+import warnings
+
 import torch
 from torch import fx, nn
+from torch.fx.experimental.meta_tracer import MetaProxy, MetaTracer
 from torch.utils.flop_counter import FlopCounterMode
 
 from ..kinds import canonical_op
@@ -29,16 +38,118 @@ class _LayerTracer(fx.Tracer):
     def __init__(self, extra_leaves: tuple[type, ...] = ()) -> None:
         super().__init__()
         self.extra_leaves = extra_leaves
+        self._inspecting = False
 
     def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
-        return isinstance(m, self.extra_leaves) or is_leaf_module(m)
+        self._inspecting = True     # a kind that claims a module by its attributes sees them, not proxies
+        try:
+            return isinstance(m, self.extra_leaves) or is_leaf_module(m)
+        finally:
+            self._inspecting = False
+
+    def getattr(self, attr: str, attr_val: Any, parameter_proxy_cache: dict[str, Any]) -> Any:
+        if self._inspecting:
+            return attr_val
+        return super().getattr(attr, attr_val, parameter_proxy_cache)
 
 
-def symbolic_trace(model: nn.Module, leaf_modules: tuple[type, ...] = (),
-                   num_inputs: int = 1) -> tuple[fx.Graph, nn.Module]:
+class _ShapeProxy(MetaProxy):
+    """A :class:`MetaProxy` that also knows ``ndim`` and records slice assignment
+    (``ids[:, 1:] = ...``) as an ``operator.setitem`` node, as :func:`run_graph` expects it."""
+
+    @property
+    def ndim(self) -> Any:
+        meta = self.__dict__.get("_tensor_meta")
+        return meta.ndim if meta is not None else self.dim()
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self.tracer.create_proxy("call_function", operator.setitem, (self, key, value), {})
+
+
+def _graph_outputs(value: Any) -> Any:
+    """A traced forward's result with what a graph cannot return (a KV cache object) as None;
+    result objects that are dicts (HuggingFace's ``ModelOutput``) become plain dicts."""
+    if isinstance(value, (fx.Proxy, torch.Tensor, str, numbers.Number)) or value is None:
+        return value
+    if isinstance(value, dict):
+        return {k: _graph_outputs(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        outputs = [_graph_outputs(v) for v in value]
+        return outputs if isinstance(value, list) else tuple(outputs)
+    return None
+
+
+class _ShapeTracer(_LayerTracer, MetaTracer):
+    """FX whose proxies know their meta tensors (torch's ``MetaTracer``), so shape-dependent
+    Python control flow traces. The root forward's first ``len(inputs)`` positional
+    parameters are the graph's inputs (an input given as None is passed as None, its
+    placeholder unused) and its other parameters keep their defaults; with ``undecorated``
+    the forward is traced without its ``functools.wraps`` decorators (HuggingFace's
+    ``merge_with_config_defaults`` takes ``*args, **kwargs``, which FX cannot bind, and turns
+    on a KV cache FX cannot return; any returned object a graph cannot hold is returned as
+    None). Leaf modules compute their meta outputs on meta copies of themselves."""
+
+    allow_insert_stateless_mods = False
+
+    def __init__(self, extra_leaves: tuple[type, ...], inputs: list[torch.Tensor | None],
+                 undecorated: bool = False) -> None:
+        super().__init__(extra_leaves)
+        self.inputs = inputs
+        self.undecorated = undecorated
+        self.meta_copies: dict[int, nn.Module] = {}
+
+    def call_module(self, m: nn.Module, forward: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+        if self.is_leaf_module(m, ""):
+            if id(m) not in self.meta_copies:
+                self.meta_copies[id(m)] = detached_copy(m, meta=True)
+            self.orig_forward = self.meta_copies[id(m)].forward    # what MetaTracer runs for the meta output
+        return fx.Tracer.call_module(self, m, forward, args, kwargs)
+
+    def create_args_for_root(self, root_fn: Callable[..., Any], is_module: bool,
+                             concrete_args: Any = None) -> tuple[Callable[..., Any], list[Any]]:
+        inner = inspect.unwrap(root_fn)
+        parameters = list(inspect.signature(inner).parameters.values())[1:1 + len(self.inputs)]
+        args = [self.root]
+        for parameter, value in zip(parameters, self.inputs):
+            placeholder = self.create_proxy("placeholder", parameter.name, (), {})
+            args.append(placeholder if value is not None else None)
+        forward = inner if self.undecorated else root_fn
+        return (lambda *values: _graph_outputs(forward(*values))), args
+
+    def proxy(self, node: fx.Node) -> _ShapeProxy:
+        return _ShapeProxy(node, self)
+
+
+def _trace_with_shapes(model: nn.Module, leaf_modules: tuple[type, ...], inputs: list[torch.Tensor | None],
+                       error: Exception) -> tuple[fx.Graph, nn.Module]:
+    """:class:`_ShapeTracer`'s graph of ``model`` on ``inputs`` (meta tensors or None): the
+    forward as written, then (when it is decorated) without its decorators; raises
+    ``error`` when neither traces."""
+    forward = type(model).forward
+    names = [p.name for p in list(inspect.signature(inspect.unwrap(forward)).parameters.values())[1:]]
+    if len(names) < len(inputs):
+        raise error
+    meta_args = {name: value for name, value in zip(names, inputs) if value is not None}
+    for undecorated in (False, True) if inspect.unwrap(forward) is not forward else (False,):
+        root = detached_copy(model, share_leaf_buffers=True)
+        try:
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", "Could not compute metadata")  # later nodes then fail, or need none
+                graph = _ShapeTracer(leaf_modules, inputs, undecorated).trace(root, meta_args)
+        except Exception:  # noqa: BLE001 - the plain FX error is the one to report
+            continue
+        return graph, root
+    raise error
+
+
+def symbolic_trace(model: nn.Module, leaf_modules: tuple[type, ...] = (), num_inputs: int = 1,
+                   meta_inputs: list[Any] | None = None) -> tuple[fx.Graph, nn.Module]:
     """The FX graph of ``model`` and the module its ``get_attr`` nodes name (a
     :func:`detached_copy` of ``model`` that also holds the tensor constants FX
-    recorded); raises whatever FX raises when it cannot trace. ``model`` is unchanged.
+    recorded); raises whatever plain FX raises when it cannot trace. ``model`` is unchanged.
+
+    When plain FX fails and ``meta_inputs`` (meta tensors or None, one per input) are given, FX
+    traces again with their shapes known (see the module docstring).
 
     A model that is itself a leaf (``nn.MultiheadAttention``, a class in ``leaf_modules``)
     is one ``call_module`` node on ``num_inputs`` inputs, as it would be inside a network.
@@ -52,7 +163,12 @@ def symbolic_trace(model: nn.Module, leaf_modules: tuple[type, ...] = (),
     # FX runs the Python code of the modules it traces into (a forward's `self.seen.add_(1)`
     # runs on the copy's own buffer), never that of leaf modules: those share their buffers
     root = detached_copy(model, share_leaf_buffers=True)
-    return _LayerTracer(leaf_modules).trace(root), root
+    try:
+        return _LayerTracer(leaf_modules).trace(root), root
+    except Exception as error:  # noqa: BLE001 - retried with shapes, else re-raised
+        if not meta_inputs or not all(x is None or isinstance(x, torch.Tensor) and x.is_meta for x in meta_inputs):
+            raise
+        return _trace_with_shapes(model, leaf_modules, meta_inputs, error)
 
 
 def detached_copy(module: nn.Module, meta: bool = False, share_leaf_buffers: bool = False) -> nn.Module:

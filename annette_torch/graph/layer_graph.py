@@ -105,19 +105,19 @@ class LayerGraph:
     def folded(self) -> frozenset[str]:
         """Names of the layers a graph compiler removes: the :attr:`dead` ones, the
         :attr:`identity_arithmetic` ones, those
-        computed from constants only (constant-kind layers such as ``zeros_like``, and
-        every layer all of whose parents are such layers: a conv applied to a NAS cell's
-        zero node), and repeats of a parameter-free layer, the same op with the same
-        attributes on the same inputs (two 3x3 average pools of one tensor are computed
-        once). A layer reading a parent with several outputs (a split, a chunk) is never a
+        computed from constants only (constant-kind layers such as ``zeros_like``, layers
+        that read only parameters and buffers, such as LeViT's gather of its attention
+        biases, which OpenVINO folds at compile time, and every layer all of whose parents
+        are such layers: a conv applied to a NAS cell's zero node), and repeats of a
+        parameter-free layer, the same op with the same attributes on the same inputs (two
+        3x3 average pools of one tensor are computed once). A layer reading a parent with several outputs (a split, a chunk) is never a
         repeat: the graph does not say which of them it reads."""
         if "folded" not in self._cache:
             constant: set[str] = set()
             same_as: dict[str, str] = {}        # a repeated layer -> the first one computing it
             first: dict[tuple, str] = {}
             for layer in self.layers:
-                if layer.kind == "constant" or (layer.parents and not layer.reads_input
-                                                and all(p in constant for p in layer.parents)):
+                if layer.kind == "constant" or (not layer.reads_input and all(p in constant for p in layer.parents)):
                     constant.add(layer.name)
                 elif (layer.counts.weight_elems == 0 and layer.parents and not layer.free
                       and all(len(self[p].output_shapes) <= 1 for p in layer.parents)):

@@ -2,7 +2,8 @@
 
 Order of attempts, first success wins:
 
-1. FX symbolic trace, shapes propagated on the meta device (fast, no arithmetic);
+1. FX symbolic trace, shapes propagated on the meta device (fast, no arithmetic); where
+   plain FX fails, FX again with the inputs' shapes known to the traced code;
 2. the same FX graph run on real tensors (for ops without meta kernels);
 3. eager capture of one real forward pass (data-dependent control flow, calls FX cannot
    trace), on meta and then on real tensors.
@@ -100,7 +101,7 @@ def trace(model: nn.Module, input_shape: ShapeLike | Sequence[ShapeLike] | None 
                           written=written)
 
     try:
-        fx_graph, fx_root = symbolic_trace(model, leaves, len(meta_inputs))
+        fx_graph, fx_root = symbolic_trace(model, leaves, len(meta_inputs), meta_inputs)
     except Exception as fx_error:  # noqa: BLE001 - FX failures lead to the eager fallback
         fx_graph = None
         fx_failure = fx_error

@@ -43,7 +43,7 @@ class Mul(_Arithmetic):
 @register_kind
 class Sub(_Arithmetic):
     name = "sub"
-    ops = ("sub", "rsub")
+    ops = ("sub", "rsub", "diff")
     onnx_ops = ("Sub",)
 
 
