@@ -88,9 +88,27 @@ class Arithmetic(nn.Module):
         return torch.sigmoid(y * 1.0 / 1) + y.mul(0.0)
 
 
+class ParameterOnly(nn.Module):
+    """LeViT's attention biases and ConViT's position projection: a gather of a parameter by
+    a buffer of indices, and a linear with a softmax on a buffer, added to a conv's output."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(16, 16, 1)
+        self.biases = nn.Parameter(torch.randn(16, 64))
+        self.register_buffer("index", torch.randint(0, 64, (16, 16)), persistent=False)
+        self.register_buffer("position", torch.randn(16, 16, 3), persistent=False)
+        self.proj = nn.Linear(3, 16)
+
+    def forward(self, x):
+        gathered = self.biases[:, self.index]                         # (16, 16, 16)
+        projected = self.proj(self.position).softmax(-1).permute(2, 0, 1)
+        return self.conv(x) + gathered + projected
+
+
 PROBES = {"catslice_whole": lambda: CatSlice(24), "catslice_part": lambda: CatSlice(20), "split": Split,
           "shuffle": lambda: Layout("shuffle"), "tokens": lambda: Layout("tokens"),
-          "permute": lambda: Layout("permute"), "arithmetic": Arithmetic}
+          "permute": lambda: Layout("permute"), "arithmetic": Arithmetic, "parameter_only": ParameterOnly}
 
 
 def openvino_ops(path: Path) -> list[str]:

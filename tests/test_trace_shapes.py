@@ -121,3 +121,52 @@ def test_layers_of_parameters_and_buffers_only_are_folded_on_a_graph_compiler_no
     eager = Estimator("torch-cpu").report(graph).set_index("kernel")
     assert compiled.loc[gather.name, "bound"] == "free"
     assert eager.loc[gather.name, "bound"] != "free" and eager.loc[gather.name, "time_ms"] > 0
+
+
+class Cache:
+    """Stands for a KV cache object a forward returns (HuggingFace's ``DynamicCache``)."""
+
+    def __init__(self, keys):
+        self.layers = [{"keys": keys}]
+
+
+class ReturnsACache(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.key = nn.Linear(16, 16)
+        self.out = nn.Linear(16, 16)
+
+    def forward(self, x):
+        if x.shape[-1] != 16:                               # plain FX cannot trace this
+            raise ValueError("width 16 expected")
+        return self.out(x), Cache(self.key(x))
+
+
+def test_a_returned_object_keeps_the_tensors_it_holds_as_outputs():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        graph = trace(ReturnsACache(), input_shape=(1, 4, 16))
+    assert graph.method == "fx"
+    assert {layer.module_path for layer in graph} == {"key", "out"}
+    assert not graph.dead                                   # the cache's keys are an output, not dead code
+
+
+class FiltersTensors(nn.Module):
+    """Returns only the tensors of its results, as an export wrapper does: proxies are not
+    tensors, so an FX graph of it would return nothing and cost nothing."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(16, 16)
+
+    def forward(self, x):
+        if x.shape[-1] != 16:
+            raise ValueError("width 16 expected")
+        return tuple(v for v in (self.fc(x), None) if isinstance(v, torch.Tensor))
+
+
+def test_a_forward_whose_fx_graph_returns_nothing_takes_the_eager_pass():
+    with pytest.warns(UserWarning, match="captured one eager forward pass"):
+        graph = trace(FiltersTensors(), input_shape=(1, 16))
+    assert graph.method.startswith("eager") and [layer.kind for layer in graph] == ["linear"]
+    assert not graph.dead

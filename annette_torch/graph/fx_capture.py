@@ -66,16 +66,19 @@ class _ShapeProxy(MetaProxy):
         self.tracer.create_proxy("call_function", operator.setitem, (self, key, value), {})
 
 
-def _graph_outputs(value: Any) -> Any:
-    """A traced forward's result with what a graph cannot return (a KV cache object) as None;
-    result objects that are dicts (HuggingFace's ``ModelOutput``) become plain dicts."""
-    if isinstance(value, (fx.Proxy, torch.Tensor, str, numbers.Number)) or value is None:
+def _graph_outputs(value: Any, depth: int = 0) -> Any:
+    """A traced forward's result as a graph can return it: dicts (HuggingFace's
+    ``ModelOutput``) as plain dicts, other objects (a KV cache) as the dict of their
+    attributes, so the tensors they hold stay outputs; what holds no tensor is None."""
+    if isinstance(value, (fx.Proxy, torch.Tensor, str, numbers.Number, torch.dtype, torch.device)) or value is None:
         return value
     if isinstance(value, dict):
-        return {k: _graph_outputs(v) for k, v in value.items()}
+        return {k: _graph_outputs(v, depth + 1) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        outputs = [_graph_outputs(v) for v in value]
+        outputs = [_graph_outputs(v, depth + 1) for v in value]
         return outputs if isinstance(value, list) else tuple(outputs)
+    if depth < 8 and hasattr(value, "__dict__") and not isinstance(value, nn.Module) and not callable(value):
+        return {k: _graph_outputs(v, depth + 1) for k, v in vars(value).items()}
     return None
 
 
@@ -84,10 +87,9 @@ class _ShapeTracer(_LayerTracer, MetaTracer):
     Python control flow traces. The root forward's first ``len(inputs)`` positional
     parameters are the graph's inputs (an input given as None is passed as None, its
     placeholder unused) and its other parameters keep their defaults; with ``undecorated``
-    the forward is traced without its ``functools.wraps`` decorators (HuggingFace's
-    ``merge_with_config_defaults`` takes ``*args, **kwargs``, which FX cannot bind, and turns
-    on a KV cache FX cannot return; any returned object a graph cannot hold is returned as
-    None). Leaf modules compute their meta outputs on meta copies of themselves."""
+    the forward is traced without its ``functools.wraps`` decorators (for a decorator whose
+    own code does not trace). What the forward returns goes through :func:`_graph_outputs`.
+    Leaf modules compute their meta outputs on meta copies of themselves."""
 
     allow_insert_stateless_mods = False
 
@@ -107,27 +109,39 @@ class _ShapeTracer(_LayerTracer, MetaTracer):
 
     def create_args_for_root(self, root_fn: Callable[..., Any], is_module: bool,
                              concrete_args: Any = None) -> tuple[Callable[..., Any], list[Any]]:
-        inner = inspect.unwrap(root_fn)
-        parameters = list(inspect.signature(inner).parameters.values())[1:1 + len(self.inputs)]
         args = [self.root]
-        for parameter, value in zip(parameters, self.inputs):
-            placeholder = self.create_proxy("placeholder", parameter.name, (), {})
+        for name, value in zip(_input_names(root_fn, len(self.inputs)) or (), self.inputs):
+            placeholder = self.create_proxy("placeholder", name, (), {})
             args.append(placeholder if value is not None else None)
-        forward = inner if self.undecorated else root_fn
+        forward = inspect.unwrap(root_fn) if self.undecorated else root_fn
         return (lambda *values: _graph_outputs(forward(*values))), args
 
     def proxy(self, node: fx.Node) -> _ShapeProxy:
         return _ShapeProxy(node, self)
 
 
+def _input_names(forward: Callable[..., Any], count: int) -> list[str] | None:
+    """Names for ``count`` positional inputs of the (undecorated) ``forward`` after ``self``:
+    its parameters in order, ``args_0``, ``args_1``, ... for a ``*args``; None if it takes fewer."""
+    names: list[str] = []
+    for parameter in list(inspect.signature(inspect.unwrap(forward)).parameters.values())[1:]:
+        if parameter.kind is parameter.VAR_POSITIONAL:
+            names += [f"{parameter.name}_{i}" for i in range(count - len(names))]
+        elif parameter.kind in (parameter.POSITIONAL_ONLY, parameter.POSITIONAL_OR_KEYWORD):
+            names.append(parameter.name)
+        if len(names) >= count:
+            return names[:count]
+    return None
+
+
 def _trace_with_shapes(model: nn.Module, leaf_modules: tuple[type, ...], inputs: list[torch.Tensor | None],
                        error: Exception) -> tuple[fx.Graph, nn.Module]:
     """:class:`_ShapeTracer`'s graph of ``model`` on ``inputs`` (meta tensors or None): the
     forward as written, then (when it is decorated) without its decorators; raises
-    ``error`` when neither traces."""
+    ``error`` when neither traces to a graph that returns what it computes."""
     forward = type(model).forward
-    names = [p.name for p in list(inspect.signature(inspect.unwrap(forward)).parameters.values())[1:]]
-    if len(names) < len(inputs):
+    names = _input_names(forward, len(inputs))
+    if names is None:
         raise error
     meta_args = {name: value for name, value in zip(names, inputs) if value is not None}
     for undecorated in (False, True) if inspect.unwrap(forward) is not forward else (False,):
@@ -138,8 +152,16 @@ def _trace_with_shapes(model: nn.Module, leaf_modules: tuple[type, ...], inputs:
                 graph = _ShapeTracer(leaf_modules, inputs, undecorated).trace(root, meta_args)
         except Exception:  # noqa: BLE001 - the plain FX error is the one to report
             continue
-        return graph, root
+        if _returns_a_tensor(graph):
+            return graph, root
     raise error
+
+
+def _returns_a_tensor(graph: fx.Graph) -> bool:
+    """Whether the graph returns anything it computed: a forward that filters its results
+    with ``isinstance(v, torch.Tensor)`` drops every proxy, and its graph returns nothing."""
+    output = next(node for node in reversed(graph.nodes) if node.op == "output")
+    return bool(_node_leaves(output.args))
 
 
 def symbolic_trace(model: nn.Module, leaf_modules: tuple[type, ...] = (), num_inputs: int = 1,
@@ -270,6 +292,8 @@ def run_graph(graph: fx.Graph, root: nn.Module, inputs: list[torch.Tensor],
     layers: list[Layer] = []
     outputs: tuple[str, ...] = ()
     written: list[str] = []
+    constants: dict[int, list[fx.Node]] = {}            # get_attr nodes by the storage their tensor holds
+    written_constants: dict[int, tuple[str, ...]] = {}  # storages an in-place write filled -> its writers
     placeholders = iter(inputs)
     done_after: dict[int, list[fx.Node]] = {}  # by position: the nodes no later node reads
     last_read = {used: index for index, node in enumerate(graph.nodes) for used in _node_leaves((node.args, node.kwargs))}
@@ -300,10 +324,13 @@ def run_graph(graph: fx.Graph, root: nn.Module, inputs: list[torch.Tensor],
             break
         if node.op == "get_attr":
             value = _fetch_attr(root, node.target)
+            storage = _storage_of(value)
+            if storage is not None:
+                constants.setdefault(storage, []).append(node)
             if isinstance(value, torch.Tensor) and meta:
                 value = value.to("meta")
             env[node] = value
-            sources[node] = None
+            sources[node] = written_constants.get(storage)
             continue
 
         args = fx.node.map_arg(node.args, load)
@@ -367,20 +394,37 @@ def run_graph(graph: fx.Graph, root: nn.Module, inputs: list[torch.Tensor],
         if in_place and node.args and isinstance(node.args[0], fx.Node):
             if is_layer:
                 written.append(node.name)
-            _write_into(node.args[0], sources[node] or (), sources)
+            base = _write_into(node.args[0], sources[node], sources)
+            storage = _storage_of(_fetch_attr(root, base.target)) if base is not None else None
+            if storage is not None and sources[node] is not None:  # FX keeps a view of a constant as a constant of its own
+                written_constants[storage] = _merge_sources([written_constants.get(storage), sources[node]])
+                for alias in constants.get(storage, ()):
+                    sources[alias] = _merge_sources([sources.get(alias), sources[node]])
     return layers, outputs, tuple(dict.fromkeys(written))
 
 
-def _write_into(target: fx.Node, written_by: tuple[str, ...], sources: dict) -> None:
+def _storage_of(value: Any) -> int | None:
+    """The address of the storage a real tensor's data lives in (views share it), else None."""
+    if not isinstance(value, torch.Tensor) or value.is_meta:
+        return None
+    address = value.untyped_storage().data_ptr()
+    return address or None
+
+
+def _write_into(target: fx.Node, written_by: tuple[str, ...] | None, sources: dict) -> fx.Node | None:
     """After an in-place write into ``target``, its readers (and readers of every tensor it
-    is a view of) also depend on ``written_by``: a buffer filled by ``copy_`` or
-    ``x[i] = y`` then holds data from the writer's inputs, not just its old contents."""
+    is a view of) also depend on ``written_by`` (the writer's sources: ``()`` for data of
+    the graph's input, None for constant data): a buffer filled by ``copy_`` or
+    ``x[i] = y`` then holds data from the writer's inputs, not just its old contents.
+    Returns the ``get_attr`` node the views lead back to, if they do."""
     node: Any = target
     while isinstance(node, fx.Node):
-        if sources.get(node) is not None or written_by:
-            sources[node] = tuple(dict.fromkeys((sources.get(node) or ()) + written_by))
+        sources[node] = _merge_sources([sources.get(node), written_by])
+        if node.op == "get_attr":
+            return node
         is_view = node.op in ("call_function", "call_method") and canonical_op(node.target) in VIEW_OPS
         node = node.args[0] if is_view and node.args else None
+    return None
 
 
 class MetaLimitation(NotImplementedError):
