@@ -7,7 +7,8 @@ latency measured on this machine (a benchmark: prints tables, asserts nothing).
         [--ray ADDRESS]
 
 Sets: ``zoo`` (22 torchvision models, batch 1, default resolution), ``timm`` (61 timm
-models chosen by a rule, :data:`TIMM`: CNNs, vision transformers, hybrids), ``dense``
+models chosen by a rule, :data:`TIMM`: CNNs, vision transformers, hybrids; also scored as
+its subsets ``timm cnn`` and ``timm transformer``), ``dense``
 (:data:`DENSE`: torchvision's segmentation models and its detection models' backbones with
 their feature pyramids, 320x320, every output returned), ``mbv2``
 (:data:`MBV2_COUNT` random candidates of :class:`~annette_torch.nas.MobileNetV2Space`, 224x224)
@@ -95,6 +96,11 @@ TIMM = (
     "mobilevit_xxs", "mobilevitv2_050", "fastvit_t8", "efficientvit_b0", "efficientvit_m0", "shvit_s1",
     "csatv2", "swiftformer_xs", "lowformer_b0", "efficientvim_m1", "gmlp_ti16_224",
 )
+#: the CNNs of :data:`TIMM` (mobile nets included); the others are vision transformers and
+#: hybrids. Scored as the subsets ``timm cnn`` and ``timm transformer`` beside ``timm``.
+TIMM_CNNS = TIMM[:TIMM.index("vit_tiny_patch16_224")]
+SUBSETS = {"timm cnn": ("timm", frozenset(TIMM_CNNS)),
+           "timm transformer": ("timm", frozenset(TIMM) - frozenset(TIMM_CNNS))}
 #: the timm models whose default input is not 224 x 224 (their pretrained configuration)
 TIMM_INPUT_SIZE = {'tf_efficientnetv2_b0': 192, 'tinynet_e': 106, 'edgenext_xx_small': 256, 'mobilevit_xxs': 256, 'mobilevitv2_050': 256, 'fastvit_t8': 256, 'csatv2': 512}
 #: torchvision segmentation models (whole) and detection models (their ``backbone``: the
@@ -443,8 +449,10 @@ def evaluate(profile: str, nets: list[Network], measured: pd.DataFrame,
     notes.append(f"flops: time = {scale:.4g} ms/op * ops, scale fitted in-sample on these {len(frame)} "
                  f"networks (geometric mean of measured/ops): an optimistic baseline")
     variants = ["flops", *estimators]
-    sets = {name: {v: metrics(group["measured_ms"], group[v]) for v in variants}
-            for name, group in [*frame.groupby("set", sort=False), ("all", frame)]}
+    subsets = [(name, frame[(frame["set"] == of) & frame["network"].isin(members)])
+               for name, (of, members) in SUBSETS.items()]
+    groups = [*frame.groupby("set", sort=False), *[(n, g) for n, g in subsets if len(g) >= 2], ("all", frame)]
+    sets = {name: {v: metrics(group["measured_ms"], group[v]) for v in variants} for name, group in groups}
     return {"variants": variants, "sets": sets, "rows": frame.to_dict("records"), "notes": notes,
             "unknown": unknown, "failures": failures}
 
