@@ -19,9 +19,8 @@ import copy
 import inspect
 import numbers
 import operator
-from typing import Any, Callable
-
 import warnings
+from typing import Any, Callable
 
 import torch
 from torch import fx, nn
@@ -89,7 +88,10 @@ class _ShapeTracer(_LayerTracer, MetaTracer):
     placeholder unused) and its other parameters keep their defaults; with ``undecorated``
     the forward is traced without its ``functools.wraps`` decorators (for a decorator whose
     own code does not trace). What the forward returns goes through :func:`_graph_outputs`.
-    Leaf modules compute their meta outputs on meta copies of themselves."""
+    Leaf modules compute their meta outputs on meta copies of themselves. While it traces,
+    MetaTracer swaps ``torch.arange``, ``zeros``, ``ones``, ``full_like`` and ``eye`` for
+    wrappers that record calls on proxies (called without proxies they behave as before)
+    and puts them back afterwards."""
 
     allow_insert_stateless_mods = False
 
