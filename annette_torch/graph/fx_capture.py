@@ -83,9 +83,9 @@ def _graph_outputs(value: Any, depth: int = 0) -> Any:
 
 class _ShapeTracer(_LayerTracer, MetaTracer):
     """FX whose proxies know their meta tensors (torch's ``MetaTracer``), so shape-dependent
-    Python control flow traces. The root forward's first ``len(inputs)`` positional
-    parameters are the graph's inputs (an input given as None is passed as None, its
-    placeholder unused) and its other parameters keep their defaults; with ``undecorated``
+    Python control flow traces. ``inputs`` are the graph's inputs, by the names of the root
+    forward's first positional parameters (:func:`_input_names`; an input given as None is
+    passed as None, its placeholder unused) and its other parameters keep their defaults; with ``undecorated``
     the forward is traced without its ``functools.wraps`` decorators (for a decorator whose
     own code does not trace). What the forward returns goes through :func:`_graph_outputs`.
     Leaf modules compute their meta outputs on meta copies of themselves. While it traces,
@@ -95,10 +95,10 @@ class _ShapeTracer(_LayerTracer, MetaTracer):
 
     allow_insert_stateless_mods = False
 
-    def __init__(self, extra_leaves: tuple[type, ...], inputs: list[torch.Tensor | None],
+    def __init__(self, extra_leaves: tuple[type, ...], inputs: dict[str, torch.Tensor | None],
                  undecorated: bool = False) -> None:
         super().__init__(extra_leaves)
-        self.inputs = inputs
+        self.inputs = inputs            # by placeholder name, in order
         self.undecorated = undecorated
         self.meta_copies: dict[int, nn.Module] = {}
 
@@ -112,7 +112,7 @@ class _ShapeTracer(_LayerTracer, MetaTracer):
     def create_args_for_root(self, root_fn: Callable[..., Any], is_module: bool,
                              concrete_args: Any = None) -> tuple[Callable[..., Any], list[Any]]:
         args = [self.root]
-        for name, value in zip(_input_names(root_fn, len(self.inputs)) or (), self.inputs):
+        for name, value in self.inputs.items():
             placeholder = self.create_proxy("placeholder", name, (), {})
             args.append(placeholder if value is not None else None)
         forward = inspect.unwrap(root_fn) if self.undecorated else root_fn
@@ -145,13 +145,14 @@ def _trace_with_shapes(model: nn.Module, leaf_modules: tuple[type, ...], inputs:
     names = _input_names(forward, len(inputs))
     if names is None:
         raise error
-    meta_args = {name: value for name, value in zip(names, inputs) if value is not None}
+    by_name = dict(zip(names, inputs))
+    meta_args = {name: value for name, value in by_name.items() if value is not None}
     for undecorated in (False, True) if inspect.unwrap(forward) is not forward else (False,):
         root = detached_copy(model, share_leaf_buffers=True)
         try:
             with warnings.catch_warnings():
                 warnings.filterwarnings("ignore", "Could not compute metadata")  # later nodes then fail, or need none
-                graph = _ShapeTracer(leaf_modules, inputs, undecorated).trace(root, meta_args)
+                graph = _ShapeTracer(leaf_modules, by_name, undecorated).trace(root, meta_args)
         except Exception:  # noqa: BLE001 - the plain FX error is the one to report
             continue
         if _returns_a_tensor(graph):

@@ -110,8 +110,9 @@ class LayerGraph:
         biases, which OpenVINO folds at compile time, and every layer all of whose parents
         are such layers: a conv applied to a NAS cell's zero node), and repeats of a
         parameter-free layer, the same op with the same attributes on the same inputs (two
-        3x3 average pools of one tensor are computed once). A layer reading a parent with several outputs (a split, a chunk) is never a
-        repeat: the graph does not say which of them it reads."""
+        3x3 average pools of one tensor are computed once). A layer reading a parent with
+        several outputs (a split, a chunk) is never a repeat: the graph does not say which
+        of them it reads."""
         if "folded" not in self._cache:
             constant: set[str] = set()
             same_as: dict[str, str] = {}        # a repeated layer -> the first one computing it
