@@ -45,6 +45,13 @@ for backend in openvino-cpu onnxruntime-cpu torch-cpu; do
 done
 calibrate --backend openvino-cpu    --sweep quick       --threads 2
 calibrate --backend openvino-cpu    --sweep transformer --threads 2
+# 2026-12-02: the slice family appended to full and quick (slices OpenVINO and ONNX Runtime run:
+# ReXNet's and GhostNet's partial channel slices, qkv selects, cls tokens, token gathers, Swin's
+# patch merging); no family held one after parameter-only slices were folded as constants
+for backend in openvino-cpu onnxruntime-cpu torch-cpu; do
+    calibrate --backend "$backend" --sweep full --threads 1
+done
+calibrate --backend openvino-cpu    --sweep quick --threads 2
 # training passes (forward + backward per layer; optimizer steps timed into the store first)
 for sweep in training training-large training-stem; do
     calibrate --backend torch-cpu-train --sweep "$sweep" --threads 1 --warmup 2 --repeats 7

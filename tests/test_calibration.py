@@ -112,6 +112,16 @@ def test_sweep_sets_its_own_size_limits(tmp_path):
      ["conv", "split", "depthwise_conv", "depthwise_conv", "depthwise_conv", "concat"]),
     (BenchmarkSpec("split", {"h": 8, "c": 10, "groups": 2, "op": "none"}), ["conv", "split", "concat"]),
     (BenchmarkSpec("conv_transpose", {"h": 8, "c": 8, "f": 4, "k": 2}), ["conv", "conv_transpose"]),
+    (BenchmarkSpec("slice", {"h": 8, "c": 16, "op": "channels"}), ["conv", "slice", "add", "slice", "concat"]),
+    (BenchmarkSpec("slice", {"h": 8, "c": 16, "f": 21, "op": "ghost"}),
+     ["conv", "depthwise_conv", "concat", "slice", "conv"]),
+    (BenchmarkSpec("slice", {"h": 8, "c": 16, "groups": 4, "op": "qkv"}),
+     ["linear", "permute", "slice", "slice", "slice", "attention", "permute", "linear"]),
+    (BenchmarkSpec("slice", {"h": 8, "c": 16, "op": "cls"}), ["layer_norm", "slice", "linear"]),
+    (BenchmarkSpec("slice", {"h": 8, "c": 16, "op": "tokens"}), ["layer_norm", "slice", "linear", "slice", "concat"]),
+    (BenchmarkSpec("slice", {"h": 8, "c": 16, "op": "gather"}), ["layer_norm", "slice", "linear"]),
+    (BenchmarkSpec("slice", {"h": 8, "c": 16, "op": "merge"}),
+     ["linear", "slice", "slice", "slice", "slice", "concat", "layer_norm", "linear"]),
     (BenchmarkSpec("topk", {"h": 8, "c": 3, "k": 50}), ["conv", "topk"]),
     (BenchmarkSpec("sort", {"h": 8, "c": 2}), ["conv", "sort"]),
     (BenchmarkSpec("unique", {"h": 8, "c": 2}), ["conv", "unique"]),
@@ -132,6 +142,10 @@ def test_shape_families_refuse_what_they_cannot_build():
         build_benchmark(BenchmarkSpec("adaptive_pool", {"h": 10, "c": 8, "k": 3}))
     with pytest.raises(ValueError, match="split needs 2 to c=4 parts, got groups=5"):
         build_benchmark(BenchmarkSpec("split", {"h": 8, "c": 4, "groups": 5, "op": "dw"}))
+    with pytest.raises(ValueError, match="slice channels needs f > c, got c=16, f=16"):
+        build_benchmark(BenchmarkSpec("slice", {"h": 8, "c": 16, "f": 16, "op": "channels"}))
+    with pytest.raises(ValueError, match="slice merge needs an even map, got 7x7"):
+        build_benchmark(BenchmarkSpec("slice", {"h": 7, "c": 16, "op": "merge"}))
     with pytest.raises(ValueError, match="upsample op must be one of nearest/bilinear"):
         build_benchmark(BenchmarkSpec("upsample", {"h": 8, "c": 8, "op": "bicubic"}))
     with pytest.raises(ValueError, match="topk k=300 exceeds the 192 scores it ranks"):
@@ -195,6 +209,21 @@ def test_matcher_gives_nameless_compute_kernels_to_the_only_layer_left():
     rows = match_kernels(graph, [kernel("MVN_1", [], (2, 2, 2), kind="MVN"), kernel("r", [], kind="Reorder")])
     assert [(r["layer"], r["status"], r["kernel"], r["time_ms"]) for r in rows] == [
         ("norm", "executed", "MVN_1", 2), ("", "executed", "r", 1)]
+
+
+def test_matcher_gives_a_kernel_the_runtime_renamed_to_the_layers_of_its_kind():
+    # OpenVINO merges ReXNet's y[:, :c] and y[:, c:] into one VariadicSplit_<id>, named after itself
+    model, shape = build_benchmark(BenchmarkSpec("slice", {"h": 8, "c": 16, "op": "channels"}))
+    graph = at.trace(model, input_shape=shape)
+    kernels = [kernel("conv", ["conv"]), kernel("VariadicSplit_7", [], (0.5, 0.5, 0.5), kind="VariadicSplit"),
+               kernel("add", ["add"]), kernel("cat", ["concat"]), kernel("r", [], kind="Reorder")]
+    rows = {row["layer"]: row for row in match_kernels(graph, kernels)}
+    assert (rows["getitem"]["status"], rows["getitem"]["kernel"], rows["getitem"]["time_ms"]) == ("executed", "VariadicSplit_7", 0.5)
+    assert rows["getitem_1"]["status"] == "fused" and rows["getitem_1"]["fused_into"] == "getitem"
+    assert rows[""]["kernel"] == "r"                       # a layout reorder stays a row of its own
+    two = kernels[:2] + [kernel("VariadicSplit_8", [], kind="VariadicSplit")] + kernels[2:]
+    rows = {row["layer"]: row for row in match_kernels(graph, two)}   # which one is whose: not guessed
+    assert rows["getitem"]["status"] == "fused" and rows["getitem"]["fused_into"] == "conv"
 
 
 def test_matcher_sums_a_layer_split_over_kernels_run_by_run():

@@ -959,6 +959,172 @@ def split(p: dict[str, Any]) -> tuple[nn.Module, tuple[int, ...]]:
     return _SplitMerge(p["c"], int(p["groups"]), p["op"]), (p["n"], p["c"], p["h"], p["w"])
 
 
+#: the slices of :func:`slice_family`, each as a real network writes it
+SLICE_OPS = ("channels", "ghost", "qkv", "cls", "tokens", "merge", "gather", "last")
+
+
+class _Index(nn.Module):
+    """``x[index]`` as its own layer (``index`` basic: ints and slices, or a tensor buffer)."""
+
+    def __init__(self, index: Any) -> None:
+        super().__init__()
+        if isinstance(index, torch.Tensor):
+            self.register_buffer("rows", index)
+            index = None
+        self.index = index
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x[:, self.rows] if self.index is None else x[self.index]
+
+
+_ALL = slice(None)
+
+
+class _PartialResidual(nn.Module):
+    """ReXNet's residual: a 1x1 conv c -> f (f > c), its first c channels plus the input,
+    concatenated with the other f - c: ``cat(y[:, :c] + x, y[:, c:])``."""
+
+    def __init__(self, c: int, f: int) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(c, f, 1, bias=False)
+        self.head, self.tail = _Index((_ALL, slice(0, c))), _Index((_ALL, slice(c, None)))
+        self.add, self.concat = Eltwise("add"), Concat()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.conv(x)
+        return self.concat(self.add(self.head(y), x), self.tail(y))
+
+
+class _GhostSlice(nn.Module):
+    """GhostNet's module with an odd output width f: a 1x1 conv c -> p (p = f // 2 + 1), a
+    3x3 depthwise conv of it, both concatenated (2p channels) and the first f kept
+    (``cat(...)[:, :f]``, a partial slice), then the next module's 1x1 conv f -> c."""
+
+    def __init__(self, c: int, f: int) -> None:
+        super().__init__()
+        p = f // 2 + 1
+        self.primary = nn.Conv2d(c, p, 1, bias=False)
+        self.cheap = nn.Conv2d(p, p, 3, 1, 1, groups=p, bias=False)
+        self.concat, self.keep = Concat(), _Index((_ALL, slice(None, f)))
+        self.conv = nn.Conv2d(f, c, 1, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.primary(x)
+        return self.conv(self.keep(self.concat(y, self.cheap(y))))
+
+
+class _QkvSelect(nn.Module):
+    """timm's older ViT attention and Swin's: qkv linear -> reshape (n, T, 3, heads, d) ->
+    permute -> ``q, k, v = qkv[0], qkv[1], qkv[2]`` (three selects, not an unbind) ->
+    scaled-dot-product attention -> transpose -> reshape -> proj linear."""
+
+    def __init__(self, tokens: int, c: int, heads: int) -> None:
+        super().__init__()
+        self.qkv = nn.Linear(c, 3 * c)
+        self.split_heads = _Call("reshape", -1, tokens, 3, heads, c // heads)
+        self.permute = _Call("permute", 2, 0, 3, 1, 4)
+        self.q, self.k, self.v = _Index(0), _Index(1), _Index(2)
+        self.sdpa = _SDPA()
+        self.transpose = _Call("transpose", 1, 2)
+        self.merge_heads = _Call("reshape", -1, tokens, c)
+        self.proj = nn.Linear(c, c)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        qkv = self.permute(self.split_heads(self.qkv(x)))
+        return self.proj(self.merge_heads(self.transpose(self.sdpa(self.q(qkv), self.k(qkv), self.v(qkv)))))
+
+
+class _Tokens(nn.Module):
+    """Slices of (n, T, c) tokens after a layer norm. ``cls``: ViT's and BERT's pooling,
+    ``head(x[:, 0])``. ``tokens``: XCiT's class attention, ``cat(fc(x[:, :1]), x[:, 1:])``.
+    ``last``: EfficientViT's linear attention, ``y[..., :-1] / y[..., -1:]`` of a linear
+    c -> c + 1. ``gather``: ``x[:, rows]``, a fixed (seeded) half of the tokens kept, as
+    token pruning and detection heads gather, then a linear."""
+
+    def __init__(self, tokens: int, c: int, op: str) -> None:
+        super().__init__()
+        self.op = op
+        self.norm = nn.LayerNorm(c) if op != "last" else nn.Linear(c, c + 1)
+        if op == "cls":
+            self.first = _Index((_ALL, 0))
+        elif op == "tokens":
+            self.first, self.rest, self.concat = _Index((_ALL, slice(None, 1))), _Index((_ALL, slice(1, None))), Concat()
+        elif op == "last":
+            self.first, self.rest, self.div = _Index((Ellipsis, slice(None, -1))), _Index((Ellipsis, slice(-1, None))), Eltwise("div")
+        else:
+            rows = torch.randperm(tokens, generator=torch.Generator().manual_seed(0))[:max(1, tokens // 2)]
+            self.first = _Index(rows.sort().values)
+        self.fc = nn.Linear(c, c) if op != "last" else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.norm(x)
+        if self.op == "tokens":
+            return self.concat(self.fc(self.first(y)), self.rest(y))
+        if self.op == "last":
+            return self.div(self.first(y), self.rest(y))
+        return self.fc(self.first(y))
+
+
+class _PatchMerging(nn.Module):
+    """Swin's patch merging on an (n, h, w, c) map after a linear: the four strided
+    quarters ``x[:, i::2, j::2, :]``, concatenated (4c), layer norm, linear 4c -> 2c."""
+
+    def __init__(self, c: int) -> None:
+        super().__init__()
+        self.fc = nn.Linear(c, c)
+        self.quarters = nn.ModuleList(_Index((_ALL, slice(i, None, 2), slice(j, None, 2), _ALL))
+                                      for j in (0, 1) for i in (0, 1))
+        self.concat = Concat(dim=-1)
+        self.norm, self.reduction = nn.LayerNorm(4 * c), nn.Linear(4 * c, 2 * c, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.fc(x)
+        return self.reduction(self.norm(self.concat(*[quarter(y) for quarter in self.quarters])))
+
+
+def _slice_size(p: dict[str, Any]) -> tuple[float, float]:
+    n, h, c = p["n"], p["h"], p["c"]
+    if p["op"] in ("channels", "ghost"):
+        w, f = p["w"] or h, p["f"] or c
+        return 4.0 * n * h * w * c * f, float(n * h * w * 2 * max(c, f))
+    if p["op"] == "merge":
+        w = p["w"] or h
+        return 2.0 * n * h * w * c * 3 * c, float(n * h * w * c)
+    if p["op"] == "qkv":
+        return _attention_size({**p, "w": 1})
+    return 2.0 * n * h * c * c, float(n * h * (c + 1))
+
+
+@family("slice", ("h", "c", "op"), {"w": None, "f": None, "groups": 1}, _slice_size)
+def slice_family(p: dict[str, Any]) -> tuple[nn.Module, tuple[int, ...]]:
+    """Slices as networks hold them (``op`` from :data:`SLICE_OPS`): on a conv's output
+    (n, c, h, w), ``channels`` (ReXNet's partial residual, ``f`` > ``c`` channels) and
+    ``ghost`` (GhostNet's odd-width ``cat(...)[:, :f]``); on (n, h, c) tokens ``qkv``
+    (``groups`` heads), ``cls``, ``tokens``, ``last`` and ``gather`` (:class:`_Tokens`); on
+    an (n, h, w, c) map ``merge`` (Swin's patch merging, h and w even)."""
+    op, n, h, c = p["op"], p["n"], p["h"], p["c"]
+    w = p["w"] or h
+    if op not in SLICE_OPS:
+        raise ValueError(f"slice op must be one of {', '.join(SLICE_OPS)}, got {op!r}")
+    if op == "channels":
+        f = p["f"] or c + c // 2
+        if f <= c:
+            raise ValueError(f"slice channels needs f > c, got c={c}, f={f}")
+        return _PartialResidual(c, f), (n, c, h, w)
+    if op == "ghost":
+        return _GhostSlice(c, p["f"] or c), (n, c, h, w)
+    if op == "merge":
+        if h % 2 or w % 2:
+            raise ValueError(f"slice merge needs an even map, got {h}x{w}")
+        return _PatchMerging(c), (n, h, w, c)
+    if op == "qkv":
+        _check_heads("slice qkv", c, p["groups"])
+        return _QkvSelect(h, c, p["groups"]), (n, h, c)
+    if h < 2:
+        raise ValueError(f"slice {op} needs at least 2 tokens, got h={h}")
+    return _Tokens(h, c, op), (n, h, c)
+
+
 def _conv_transpose_size(p: dict[str, Any]) -> tuple[float, float]:
     stem_ops, largest = _stem_size(p, float(p["n"] * p["f"] * (p["h"] * p["stride"]) * (p["w"] * p["stride"])))
     return stem_ops + 2.0 * p["n"] * p["h"] * p["w"] * p["c"] * p["f"] * p["k"] ** 2, largest

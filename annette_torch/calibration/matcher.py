@@ -18,9 +18,13 @@ When several layers share a module path (functional calls inside one module), a 
 naming that path goes to the last of them, the module's output.
 Executed kernels that compute no original layer (layout reorders the runtime inserted)
 are kept as rows with an empty ``layer``, so the sum of rows still covers the network;
-except that when exactly one non-free layer is computed by no kernel, the nameless
-kernels other than layout reorders are its kernels (a runtime that decomposed the layer
-and lost its name, as OpenVINO does for GroupNorm).
+except where a runtime renamed what it computes: a nameless kernel whose type computes
+one kind (:data:`RENAMED_KERNELS`: OpenVINO merges the slices of one tensor into a
+``VariadicSplit_<id>`` and moves a layer norm after a token select as ``MVN_<id>``) is
+the kernel of the layers of that kind no kernel names, when it is the only such kernel;
+and when exactly one non-free layer is computed by no kernel, the nameless kernels other
+than layout reorders are its kernels (a runtime that decomposed the layer and lost its
+name, as OpenVINO does for GroupNorm).
 """
 from __future__ import annotations
 
@@ -35,6 +39,9 @@ from ..measure.protocol import spread_of, statistic_ms
 
 
 LAYOUT_KERNELS = frozenset({"Reorder", "ReorderInput", "ReorderOutput"})   # layout changes runtimes insert
+#: kernel type -> the layer kinds it computes, for kernels a runtime names after itself
+RENAMED_KERNELS = {"VariadicSplit": ("slice", "split"), "Split": ("slice", "split"), "StridedSlice": ("slice",),
+                   "Slice": ("slice",), "Gather": ("slice",), "MVN": ("layer_norm",)}
 
 
 def _summary(runs: np.ndarray, statistic: str) -> tuple[float, float]:
@@ -65,6 +72,14 @@ def match_kernels(graph: LayerGraph, kernels: list[KernelRecord], statistic: str
     for _, names in computed:            # after all primaries: a layer that is primary somewhere stays so
         for name in names[1:]:
             group.setdefault(name, names[0])
+    for kernel_type, kinds in RENAMED_KERNELS.items():   # renamed by the runtime: the kind's unnamed layers
+        renamed = [k for k in orphans if k.kernel_type == kernel_type]
+        unnamed = [layer.name for layer in graph.layers
+                   if layer.kind in kinds and not layer.free and layer.name not in group]
+        if len(renamed) == 1 and unnamed:
+            primary_kernels[unnamed[0]] = renamed
+            group.update((name, unnamed[0]) for name in unnamed)
+            orphans.remove(renamed[0])
     for layer in graph.layers:          # folded away (no node computes it): into its only parent
         if layer.name not in group and not layer.free and len(layer.parents) == 1 and layer.parents[0] in group:
             group[layer.name] = group[layer.parents[0]]
