@@ -123,6 +123,20 @@ def test_layers_of_parameters_and_buffers_only_are_folded_on_a_graph_compiler_no
     assert eager.loc[gather.name, "bound"] != "free" and eager.loc[gather.name, "time_ms"] > 0
 
 
+def test_a_folded_layer_fuses_with_nothing_even_where_a_rule_would_fuse_its_consumer():
+    from annette_torch.mapping.kernels import map_kernels
+    from annette_torch.mapping.rules import FusionRule
+
+    graph = trace(BiasTable(), input_shape=(1, 4, 49, 49))
+    rules = (FusionRule("slice", "add", "slice"),)       # as a profile learns from a slice feeding an add
+    folded = map_kernels(graph, rules, optimize_graph=True)
+    gather = next(k for k, names in enumerate(folded.layers) if names[0] in graph.folded)
+    assert len(folded.layers[gather]) == 1 and folded.free[gather]
+    assert ("add",) in folded.layers                                      # the add is a kernel of its own
+    eager = map_kernels(graph, rules)                                     # eager torch folds nothing
+    assert any(len(names) == 2 for names in eager.layers)
+
+
 class Cache:
     """Stands for a KV cache object a forward returns (HuggingFace's ``DynamicCache``)."""
 
@@ -170,3 +184,25 @@ def test_a_forward_whose_fx_graph_returns_nothing_takes_the_eager_pass():
         graph = trace(FiltersTensors(), input_shape=(1, 16))
     assert graph.method.startswith("eager") and [layer.kind for layer in graph] == ["linear"]
     assert not graph.dead
+
+
+def test_an_encoder_decoder_whose_mask_code_puts_a_number_into_torch_where_traces_through_fx():
+    # T5's masks: torch.where(mask, 0.0, min_float), which MetaTracer's own meta rule cannot add up;
+    # its cache asks keys.numel()
+    transformers = pytest.importorskip("transformers")
+    config = transformers.T5Config(num_layers=1, num_decoder_layers=1, d_model=32, d_kv=8, num_heads=4,
+                                   d_ff=64, vocab_size=100)
+    torch.manual_seed(0)
+    model = transformers.T5Model(config).eval()
+    ids = torch.zeros(1, 16, dtype=torch.long)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")                      # FX, not the eager fallback
+        graph = trace(model, example_inputs=(ids, None, ids))
+    assert graph.method == "fx" and not graph.unknown_layers()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        layers, outputs, written = eager_capture(model, [ids, None, ids], "cpu", ())
+    eager = LayerGraph(layers, ((1, 16), (1, 16)), "eager", "t5", outputs=outputs, written=written)
+    assert sorted(layer.kind for layer in graph) == sorted(layer.kind for layer in eager)
+    estimator = Estimator("torch-cpu")
+    assert float(estimator(graph)) == pytest.approx(float(estimator(eager)), rel=1e-3)

@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 import torch
 from torch import fx, nn
-from torch.fx.experimental.meta_tracer import MetaProxy, MetaTracer
+from torch.fx.experimental.meta_tracer import MetaProxy, MetaTracer, proxys_to_metas
 from torch.utils.flop_counter import FlopCounterMode
 
 from ..kinds import canonical_op
@@ -53,13 +53,18 @@ class _LayerTracer(fx.Tracer):
 
 
 class _ShapeProxy(MetaProxy):
-    """A :class:`MetaProxy` that also knows ``ndim`` and records slice assignment
-    (``ids[:, 1:] = ...``) as an ``operator.setitem`` node, as :func:`run_graph` expects it."""
+    """A :class:`MetaProxy` that also knows ``ndim`` and ``numel()`` and records slice
+    assignment (``ids[:, 1:] = ...``) as an ``operator.setitem`` node, as :func:`run_graph`
+    expects it."""
 
     @property
     def ndim(self) -> Any:
         meta = self.__dict__.get("_tensor_meta")
         return meta.ndim if meta is not None else self.dim()
+
+    def numel(self) -> Any:
+        meta = self.__dict__.get("_tensor_meta")
+        return meta.numel() if meta is not None else self.tracer.create_proxy("call_method", "numel", (self,), {})
 
     def __setitem__(self, key: Any, value: Any) -> None:
         self.tracer.create_proxy("call_function", operator.setitem, (self, key, value), {})
@@ -120,6 +125,19 @@ class _ShapeTracer(_LayerTracer, MetaTracer):
 
     def proxy(self, node: fx.Node) -> _ShapeProxy:
         return _ShapeProxy(node, self)
+
+    def create_proxy(self, kind: str, target: Any, args: tuple, kwargs: dict, *rest: Any, **options: Any) -> Any:
+        """MetaTracer's proxy; for ``torch.where(condition, x, y)`` with a Python number
+        among its operands (T5's attention mask), the meta output MetaTracer's own rule,
+        which adds the operands as tensors, cannot compute."""
+        proxy = super().create_proxy(kind, target, args, kwargs, *rest, **options)
+        if (kind == "call_function" and target is torch.where and len(args) == 3 and not kwargs
+                and isinstance(proxy, MetaProxy) and "_tensor_meta" not in proxy.__dict__):
+            try:
+                proxy.install_tensor_meta(torch.where(*fx.node.map_aggregate(args, proxys_to_metas)))
+            except Exception:  # noqa: BLE001 - as MetaTracer: later nodes then fail, or need no meta
+                pass
+        return proxy
 
 
 def _input_names(forward: Callable[..., Any], count: int) -> list[str] | None:
