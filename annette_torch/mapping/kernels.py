@@ -251,6 +251,8 @@ def _map(graph: LayerGraph, rules: tuple[FusionRule, ...], folded: frozenset[str
                         or parent in returned:
                     continue
                 primary = graph.layers[members[k][0]]
+                if primary.free or primary.name in folded:       # a constant or a view: no kernel to join
+                    continue
                 for rule in by_pair.get((kinds[k], layer.kind), ()):
                     if rule.applies(primary, layer):
                         candidates.append((graph.index[parent], k, rule))
