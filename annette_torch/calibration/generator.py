@@ -1037,32 +1037,40 @@ class _QkvSelect(nn.Module):
 class _Tokens(nn.Module):
     """Slices of (n, T, c) tokens after a layer norm. ``cls``: ViT's and BERT's pooling,
     ``head(x[:, 0])``. ``tokens``: XCiT's class attention, ``cat(fc(x[:, :1]), x[:, 1:])``.
-    ``last``: EfficientViT's linear attention, ``y[..., :-1] / y[..., -1:]`` of a linear
-    c -> c + 1. ``gather``: ``x[:, rows]``, a fixed (seeded) half of the tokens kept, as
+    ``last``: EfficientViT's linear attention, ``y[..., :-1] / (y[..., -1:] + 1)`` of a
+    linear c -> c + 1. ``gather``: ``x[:, rows]``, a fixed (seeded) half of the tokens kept, as
     token pruning and detection heads gather, then a linear."""
 
     def __init__(self, tokens: int, c: int, op: str) -> None:
         super().__init__()
         self.op = op
-        self.norm = nn.LayerNorm(c) if op != "last" else nn.Linear(c, c + 1)
+        self.pre = nn.LayerNorm(c) if op != "last" else nn.Linear(c, c + 1)   # what the slices read
         if op == "cls":
             self.first = _Index((_ALL, 0))
         elif op == "tokens":
             self.first, self.rest, self.concat = _Index((_ALL, slice(None, 1))), _Index((_ALL, slice(1, None))), Concat()
         elif op == "last":
-            self.first, self.rest, self.div = _Index((Ellipsis, slice(None, -1))), _Index((Ellipsis, slice(-1, None))), Eltwise("div")
+            self.first, self.rest = _Index((Ellipsis, slice(None, -1))), _Index((Ellipsis, slice(-1, None)))
+            self.eps, self.div = _Call("add", 1.0), _Divide()   # each its own layer, so each kernel names it
         else:
             rows = torch.randperm(tokens, generator=torch.Generator().manual_seed(0))[:max(1, tokens // 2)]
             self.first = _Index(rows.sort().values)
         self.fc = nn.Linear(c, c) if op != "last" else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = self.norm(x)
+        y = self.pre(x)
         if self.op == "tokens":
             return self.concat(self.fc(self.first(y)), self.rest(y))
         if self.op == "last":
-            return self.div(self.first(y), self.rest(y))
+            return self.div(self.first(y), self.eps(self.rest(y)))
         return self.fc(self.first(y))
+
+
+class _Divide(nn.Module):
+    """``a / b`` as its own layer."""
+
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return a / b
 
 
 class _PatchMerging(nn.Module):
