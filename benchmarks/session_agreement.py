@@ -24,6 +24,13 @@ RESULTS_ROOT = Path(__file__).parent / "results"
 STATISTICS = {"median": "median_ms", "p10": "p10_ms"}
 
 
+def short_name(folder: str) -> str:
+    """A results folder's name shortened to its backend configuration and the machine's
+    hash (its last part), which tells folders of two CPUs apart."""
+    parts = folder.split("-")
+    return "-".join(parts[:4]) + "-" + parts[-1] if len(parts) > 5 else folder
+
+
 def sessions(table: pd.DataFrame) -> pd.Series:
     """A session number per row: a new session starts where a network repeats."""
     number, seen, numbers = 0, set(), []
@@ -48,7 +55,7 @@ def agreement(path: Path, min_networks: int = 5) -> list[dict]:
             common = [k for k in first.index.intersection(second.index) if k[0] == name]
             if len(common) < min_networks:
                 continue
-            row = {"results": path.parent.name[:40], "sessions": f"{a}->{b}", "set": name, "networks": len(common)}
+            row = {"results": short_name(path.parent.name), "sessions": f"{a}->{b}", "set": name, "networks": len(common)}
             for label, column in STATISTICS.items():
                 ratio = np.log(second.loc[common, column].to_numpy(float) / first.loc[common, column].to_numpy(float))
                 row[f"{label} %"] = float(np.mean(np.abs(np.expm1(ratio))) * 100)

@@ -1,7 +1,7 @@
 """Prediction for unseen devices, leave one device out (a benchmark: prints tables,
 asserts nothing, measures nothing).
 
-    python benchmarks/transfer.py [--seeds 20] [--ks 0,5,10,20] [--out benchmarks/results/transfer]
+    python benchmarks/transfer.py [--seeds 20] [--ks 0,5,10,20] [--draw random|sizes] [--out benchmarks/results/transfer]
     python benchmarks/transfer.py --score PROFILE.json --target openvino-cpu-bf16
 
 Devices: the device configurations measured by ``benchmarks/accuracy.py`` on this
@@ -53,6 +53,7 @@ from annette_torch import Estimator, load_profile, trace
 from annette_torch.atomic import atomic_path
 from annette_torch.backends import get_backend
 from annette_torch.calibration.store import fingerprint_folder
+from annette_torch.machine import cpu_id
 from annette_torch.backends import BACKENDS
 from annette_torch.transfer import (LOCAL_DESCRIPTORS, MAPPINGS, SourceKernels, backend_mapping, draw, fit_adaptation,
                                     mapping_choices, profile_from_descriptor)
@@ -104,11 +105,13 @@ def policy_mappings(policy: str, target: str, profile: str) -> list:
     return mapping_choices(load_profile(profile))
 
 
-def evaluate_target(target: str, measured: dict, kernels: dict, strata: dict, ks: list[int], seeds: int) -> dict:
+def evaluate_target(target: str, measured: dict, kernels: dict, strata: dict, ks: list[int], seeds: int,
+                    sizes: dict | None = None) -> dict:
     """Every row of one target's table: (source, k) -> scores and the candidates chosen
     (mapping/terms; for auto: source/mapping); ``kernels``: profile -> mapping (each of
     ``MAPPINGS``) -> (set, network) -> source kernels; ``strata``: (set, network) -> the
-    stratum its draws are stratified by. The per-source rows, ``auto`` and the own
+    stratum its draws are stratified by; ``sizes``: (set, network) -> operations, to draw
+    each stratum's share across its sizes (None: at random within the stratum). The per-source rows, ``auto`` and the own
     profile adapted use the mapping the target's backend declares; ``auto, source
     mapping`` (where that differs) and ``auto, mapping by LOO`` the other policies."""
     keys = sorted(measured)
@@ -136,7 +139,8 @@ def evaluate_target(target: str, measured: dict, kernels: dict, strata: dict, ks
         runs = {name: [] for name in [*sources, *policies, *own_adapted]}
         chosen = {name: Counter() for name in runs}
         for seed in range(seeds):
-            drawn = [key for _, key in draw(items, k, seed, group=lambda item: item[0])]
+            drawn = [key for _, key in draw(items, k, seed, group=lambda item: item[0],
+                                            size=None if sizes is None else lambda item: sizes[item[1]])]
             rest = [key for key in keys if key not in set(drawn)]
             y = np.array([measured[key] for key in drawn])
             fitted = {}                        # (policy, source) -> (LOO score, scores, mapping label)
@@ -247,6 +251,9 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=20, help="draws of the k reference networks per k")
     parser.add_argument("--ks", default="0,5,10,20")
     parser.add_argument("--out", default=str(RESULTS_ROOT / "transfer"), help="writes OUT.txt and OUT.json")
+    parser.add_argument("--draw", choices=("random", "sizes"), default="random",
+                        help="within each stratum, draw the k networks at random (as annette-torch adapt does) or "
+                             "across the stratum's sizes (operations)")
     parser.add_argument("--score", help="score this profile .json instead (with --target)")
     parser.add_argument("--target", choices=list(DEVICES), help="the device --score's profile is for")
     args = parser.parse_args()
@@ -280,11 +287,20 @@ def main() -> None:
     results, text = {}, []
     if missing:
         text.append(f"not measured here (no results folder): {', '.join(missing)}")
-    text.append("caveat: every device is a configuration of the same physical CPU (AMD EPYC, 2 shared cores); "
-                "the sources were calibrated on it too, so a source shares the target's caches and memory. "
-                "Measurements are noisy (see the accuracy tables: repeated runs differ by 6-13 % on average).")
+    sources_cpu = {load_profile(p).fingerprint.get("cpu_id", {}).get("model") for p in PROFILES}
+    here = cpu_id()
+    if sources_cpu == {here.get("model")}:
+        text.append("caveat: every device is a configuration of the physical CPU the sources were calibrated on; "
+                    "a source shares the target's caches and memory. Measurements are noisy (see the accuracy "
+                    "tables: repeated runs differ by several % on average).")
+    else:
+        text.append(f"targets measured on this CPU ({here.get('vendor')} family {here.get('family')} model "
+                    f"{here.get('model')}); the sources were calibrated on another (CPU model "
+                    f"{', '.join(map(str, sorted(sources_cpu, key=str)))}): a cross-CPU transfer")
+    text.append(f"draw of the k networks within each stratum: {args.draw}")
+    sizes = {key: graph.total("ops") for key, graph in graphs.items()} if args.draw == "sizes" else None
     for target, times in tqdm(measured.items(), desc="targets", unit="target", file=sys.stderr):
-        rows = evaluate_target(target, times, kernels, strata, ks, args.seeds)
+        rows = evaluate_target(target, times, kernels, strata, ks, args.seeds, sizes)
         results[target] = rows
         text.append(format_table(target, rows, args.seeds, len(times)))
     text.append(format_summary(results, ks))

@@ -147,7 +147,10 @@ def test_fit_prior_command_writes_a_profile_that_records_its_prior(tmp_path, cap
     printed = capsys.readouterr().out
     assert f"correcting {PRIOR} (sha256 {profile_digest(prior)[:16]})" in printed
     assert "kinds without samples keep the prior:" in printed and "held-out end-to-end MAPE" in printed
-    saved = load_profile(tmp_path / "out" / f"{PRIOR}-corrected.json")
+    path = tmp_path / "out" / f"{PRIOR}-corrected.json"
+    assert "next: check it on whole networks of this machine" in printed       # the adapt step that anchors it
+    assert f"annette-torch adapt --from {path} --backend {prior.fingerprint['backend']} --threads 1" in printed
+    saved = load_profile(path)
     assert saved.correction.prior_name == PRIOR
     graph = _networks()[0]
     assert _estimator(saved)(graph) == pytest.approx(1.5 * _estimator(prior)(graph), rel=0.02)

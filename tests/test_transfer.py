@@ -226,6 +226,16 @@ def test_draw_is_stratified_and_checks_k():
         draw(items, 13, seed=0)
 
 
+def test_draw_by_size_takes_one_from_each_run_of_sizes():
+    items = [Network("cells", f"n{i}", (1,), nn.Identity) for i in range(12)]
+    size = {f"n{i}": (i * 7) % 12 for i in range(12)}                # sizes 0..11, not in list order
+    for seed in range(5):
+        picked = draw(items, 3, seed=seed, size=lambda n: size[n.name])
+        assert sorted(size[n.name] // 4 for n in picked) == [0, 1, 2]  # one of the 4 smallest, middle, largest
+        assert draw(items, 3, seed=seed, size=lambda n: size[n.name]) == picked
+    assert draw(items, 12, seed=1, size=lambda n: size[n.name]) == items
+
+
 def test_choose_source_prefers_the_source_the_samples_follow(graphs, kernels):
     samples = samples_of(graphs, synthetic(kernels, 1.0, 0.05))
     index, scores = choose_source(["torch-cpu", SOURCE], samples)

@@ -65,12 +65,19 @@ def mismatch(profile: Profile) -> list[str]:
 _warned: set[tuple[str, tuple[str, ...]]] = set()
 
 
-def adapt_command(profile: Profile) -> str:
-    """The ``annette-torch adapt`` command that fits ``profile`` to this machine."""
+def adapt_command(profile: Profile, source: str | None = None) -> str:
+    """The ``annette-torch adapt`` command that fits ``profile`` to this machine;
+    ``source``: how the command names the profile (default its name, as a built-in)."""
     fp = profile.fingerprint
     precision = f" --precision {fp['precision']}" if fp.get("precision") not in (None, "f32") else ""
-    return (f"annette-torch adapt --from {profile.name} --backend {fp['backend']} --threads {fp.get('threads', 1)}"
-            f"{precision} --samples 10 --out {profile.name}-here.json")
+    return (f"annette-torch adapt --from {source or profile.name} --backend {fp['backend']} "
+            f"--threads {fp.get('threads', 1)}{precision} --samples 10 --out {profile.name}-here.json")
+
+
+def is_local(profile: Profile) -> bool:
+    """Whether ``profile`` is of a runtime that measures on this machine's CPU (the
+    runtimes of :data:`LOCAL_RUNTIMES`)."""
+    return str(profile.fingerprint.get("backend")) in LOCAL_RUNTIMES
 
 
 def check_machine(profile: Profile) -> None:
@@ -87,5 +94,6 @@ def check_machine(profile: Profile) -> None:
         f"Its estimates describe that machine. Adapt it to this one (about 2 minutes, 10 reference networks): "
         f"{adapt_command(profile)}, then Estimator('{profile.name}-here.json'). For the accuracy of a full "
         f"calibration: annette-torch calibrate --backend {profile.fingerprint['backend']} "
-        f"--threads {profile.fingerprint.get('threads', 1)} --sweep full --out calib, then annette-torch fit",
+        f"--threads {profile.fingerprint.get('threads', 1)} --sweep full --out calib, then annette-torch fit "
+        f"and the adapt command above on the fitted profile",
         ProfileMismatchWarning, stacklevel=3)

@@ -59,11 +59,14 @@ def reference_pool() -> list[Network]:
     return zoo + [Network("nb201", a, (1, 3, 32, 32), lambda a=a: NB201Network(a).eval()) for a in cells]
 
 
-def draw(items: Sequence[T], k: int, seed: int, group: Callable[[T], str] = lambda item: item.set) -> list[T]:
+def draw(items: Sequence[T], k: int, seed: int, group: Callable[[T], str] = lambda item: item.set,
+         size: Callable[[T], float] | None = None) -> list[T]:
     """``k`` of ``items`` drawn without replacement by ``seed``, stratified by ``group``:
     each group gets a share of ``k`` proportional to its size (largest remainders), at
-    least one when ``k`` is at least the number of groups. Same items, k and seed: same
-    draw, in the order of ``items``."""
+    least one when ``k`` is at least the number of groups. With ``size`` (e.g. a
+    network's operations), a group's share spans its sizes: its members sorted by size
+    are cut into as many runs of near-equal length as it gets items, and one is drawn
+    from each run. Same items, k and seed: same draw, in the order of ``items``."""
     if not 0 <= k <= len(items):
         raise ValueError(f"cannot draw {k} of {len(items)} networks; k must be between 0 and {len(items)}")
     groups: dict[str, list[int]] = {}
@@ -81,5 +84,10 @@ def draw(items: Sequence[T], k: int, seed: int, group: Callable[[T], str] = lamb
     rng = np.random.default_rng(seed)
     chosen = []
     for members, count in zip(groups.values(), counts):
-        chosen += list(rng.choice(members, size=min(count, len(members)), replace=False))
+        count = min(count, len(members))
+        if size is None:
+            chosen += list(rng.choice(members, size=count, replace=False))
+        elif count:
+            by_size = sorted(members, key=lambda i: (size(items[i]), i))
+            chosen += [int(rng.choice(run)) for run in np.array_split(np.array(by_size), count)]
     return [items[i] for i in sorted(chosen)]
