@@ -15,7 +15,8 @@ built-in profile of another device is a source:
   descriptor and the nearest source (descriptors: ``LOCAL_DESCRIPTORS``).
 * k = 5, 10, 20: k of the target's measured networks drawn by seed (stratified as the
   reference pool of ``annette-torch adapt`` is: torchvision networks below 1.2 GFLOPs,
-  the larger ones, NAS-Bench-201 networks), the source adapted to them
+  the larger ones, NAS-Bench-201 networks; within each, across its sizes unless
+  ``--draw random``), the source adapted to them
   (:func:`annette_torch.transfer.fit_adaptation`), scored on the target's other
   networks; mean over ``--seeds`` draws. The target's mapping is the one its backend
   declares (:func:`annette_torch.transfer.backend_mapping`, fixed a priori: PyTorch
@@ -251,9 +252,9 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=20, help="draws of the k reference networks per k")
     parser.add_argument("--ks", default="0,5,10,20")
     parser.add_argument("--out", default=str(RESULTS_ROOT / "transfer"), help="writes OUT.txt and OUT.json")
-    parser.add_argument("--draw", choices=("random", "sizes"), default="random",
-                        help="within each stratum, draw the k networks at random (as annette-torch adapt does) or "
-                             "across the stratum's sizes (operations)")
+    parser.add_argument("--draw", choices=("random", "sizes"), default="sizes",
+                        help="within each stratum, draw the k networks across its sizes (operations), as "
+                             "annette-torch adapt does, or at random (as adapt did before 2026-12-02)")
     parser.add_argument("--score", help="score this profile .json instead (with --target)")
     parser.add_argument("--target", choices=list(DEVICES), help="the device --score's profile is for")
     args = parser.parse_args()

@@ -15,6 +15,7 @@ from annette_torch.backends import Latency, TorchCpu
 from annette_torch.backends.openvino_cpu import OpenVinoCpu
 from annette_torch.cli import main as cli_main
 from annette_torch.layer_models.adapted import Adaptation
+from annette_torch.measure import Protocol
 from annette_torch.profiles import Profile
 from annette_torch.transfer import (LOCAL_DESCRIPTORS, DeviceDescriptor, Network, Sample, SourceKernels,
                                     adapt_profile, backend_mapping, choose_source, draw, fit_adaptation,
@@ -309,3 +310,15 @@ def test_cli_adapt_from_a_descriptor_and_its_errors(tmp_path, capsys):
     descriptor.write_text(json.dumps({"runtime": "openvino-cpu", "precision": "int4"}))
     assert cli_main(["adapt", "--descriptor", str(descriptor), "--out", str(out)]) == 2
     assert "'precision': expected one of" in capsys.readouterr().err
+
+
+def test_adapt_draws_its_references_across_the_sizes_of_each_set(monkeypatch):
+    pool = [Network("nb201", f"w{w}", (1, 3, 32, 32), lambda w=w: small_net(w, 2)) for w in (64, 4, 48, 8)]
+    monkeypatch.setattr(adapt_command, "reference_pool", lambda: pool)
+    monkeypatch.setattr(TorchCpu, "measure", lambda self, model, input_shape, warmup=5, repeats=25:
+                        Latency.from_runs([1.0] * repeats, self.threads))
+    for seed in range(4):
+        samples = adapt_command.measure_references(TorchCpu(), 2, seed, Protocol(rounds=1, warmup=0, repeats=2))
+        small, large = sorted((s.name for s in samples), key=lambda name: int(name[1:]))
+        assert small in ("w4", "w8") and large in ("w48", "w64")     # one of each half, never two of one
+        assert all(s.graph.model_name == s.name for s in samples)

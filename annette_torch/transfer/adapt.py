@@ -21,29 +21,27 @@ from .references import draw, reference_pool
 
 def measure_references(backend, k: int, seed: int, protocol: Protocol = Protocol(),
                        fleet: Callable[[list], NetworkSession] | None = None) -> list[Sample]:
-    """``k`` networks of the reference pool drawn by ``seed``, measured on ``backend``
-    with the measuring ``protocol`` (:mod:`annette_torch.measure.protocol`) and traced;
-    a network the backend fails on is reported and left out. ``fleet``: measure the
-    items there instead (a function of the items that returns the session, e.g. on a
-    fleet node, :func:`annette_torch.fleet.measure_networks_on_fleet`)."""
+    """``k`` networks of the reference pool drawn by ``seed`` across the sizes (operations)
+    of each set, measured on ``backend`` with the measuring ``protocol``
+    (:mod:`annette_torch.measure.protocol`) and traced; a network the backend fails on is
+    reported and left out. ``fleet``: measure the items there instead (a function of the
+    items that returns the session, e.g. on a fleet node,
+    :func:`annette_torch.fleet.measure_networks_on_fleet`)."""
     pool = reference_pool()
     if not 0 <= k <= len(pool):
         raise ValueError(f"--samples must be between 0 and {len(pool)} (the reference pool), got {k}")
-    nets = draw(pool, k, seed)
-    if not nets:
+    if not k:
         return []
+    with torch_threads(1):       # tracing; the backend pins its own threads
+        graphs = {net.name: trace(net.build(), input_shape=net.input_shape, name=net.name) for net in pool}
+    nets = draw(pool, k, seed, size=lambda net: graphs[net.name].total("ops"))
     items = [(net.name, net.build, net.input_shape) for net in nets]
     session = measure_networks(backend, items, protocol) if fleet is None else fleet(items)
     print(session.report(), file=sys.stderr)
     for name, message in session.failures.items():
         print(f"skipped {name}: {message}", file=sys.stderr)
-    samples = []
-    with torch_threads(1):       # tracing; the backend pins its own threads
-        for net in nets:
-            if net.name in session.measured:
-                samples.append(Sample(trace(net.build(), input_shape=net.input_shape, name=net.name),
-                                      session.measured[net.name].time_ms, net.name, net.set))
-    return samples
+    return [Sample(graphs[net.name], session.measured[net.name].time_ms, net.name, net.set)
+            for net in nets if net.name in session.measured]
 
 
 def print_fit(profile: Profile, source: Profile, samples: Sequence[Sample]) -> None:

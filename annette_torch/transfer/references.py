@@ -7,8 +7,9 @@ classifiers below 1 GFLOP at batch 1, 224x224), ``large`` (torchvision classifie
 1.8 to 15 GFLOPs, with dense, grouped, attention and big fully connected layers) and
 ``nb201`` (NAS-Bench-201 cell networks at 1x3x32x32: many small kernels, where runtimes
 differ most in dispatch cost). :func:`draw` picks k of them with a seed, stratified by
-set, so k >= 3 measures all three and a fitted correction is not extrapolated far
-beyond the sizes it saw. The NAS-Bench-201 cells are sampled with seed 7, not the
+set and (``size=``, as ``annette-torch adapt`` draws them) across the sizes within each,
+so k >= 3 measures all three and a fitted correction is not extrapolated far beyond the
+sizes it saw. The NAS-Bench-201 cells are sampled with seed 7, not the
 accuracy benchmark's seed 201, so they are not the benchmark's networks.
 """
 from __future__ import annotations
@@ -44,10 +45,14 @@ class Network:
     build: Callable[[], nn.Module]
 
 
+#: torchvision builders that warn unless told how to initialize (the weights are random either way)
+_INIT_WEIGHTS = {"googlenet": {"init_weights": False}, "inception_v3": {"init_weights": False}}
+
+
 def torchvision_model(name: str) -> nn.Module:
     """torchvision classifier ``name`` with random weights, in eval mode."""
     import torchvision
-    return torchvision.models.get_model(name, weights=None).eval()
+    return torchvision.models.get_model(name, weights=None, **_INIT_WEIGHTS.get(name, {})).eval()
 
 
 def reference_pool() -> list[Network]:
