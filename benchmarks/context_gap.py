@@ -1,0 +1,52 @@
+"""Do a profile's layer models see the kernels as they run inside networks? Per kernel
+kind, the times ``annette-torch calibrate --for`` measured in context against a profile's
+estimates of the same kernels (a benchmark: prints a table, measures nothing).
+
+    python benchmarks/context_gap.py --measured DIR --profile P [P ...] \\
+        [--models torchvision:resnet18,torchvision:mobilenet_v3_large,torchvision:efficientnet_b0]
+
+``DIR`` is the table's folder (``<out>/<fingerprint folder>`` of ``calibrate --for``); the
+models must be among the networks it measured. A ratio below 1 means the profile
+predicts that kind faster than it ran in these networks.
+"""
+from __future__ import annotations
+
+import argparse
+import warnings
+from collections import defaultdict
+
+from annette_torch import Estimator
+from annette_torch.models_source import trace_model
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--measured", required=True, help="the table folder calibrate --for wrote")
+    parser.add_argument("--profile", nargs="+", required=True)
+    parser.add_argument("--models", default="torchvision:resnet18,torchvision:mobilenet_v3_large,"
+                                            "torchvision:efficientnet_b0")
+    args = parser.parse_args()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        graphs = [trace_model(spec) for spec in args.models.split(",")]
+    for profile in args.profile:
+        with_table, alone = Estimator(profile, measured=args.measured), Estimator(profile)
+        sums: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0])
+        for graph in graphs:
+            measured = with_table.report(graph).set_index("kernel")
+            estimated = alone.report(graph).set_index("kernel")
+            for kernel, row in measured[measured["layer_model"] == "measured"].iterrows():
+                if kernel in estimated.index:
+                    entry = sums[row["kind"]]
+                    entry[0] += row["time_ms"]
+                    entry[1] += estimated.loc[kernel, "time_ms"]
+                    entry[2] += 1
+        print(f"{profile}: kernels measured in context vs its estimates ({', '.join(args.models.split(','))})")
+        print(f"{'kind':<20}{'kernels':>8}{'measured ms':>13}{'estimated ms':>14}{'ratio':>7}")
+        for kind, (m, e, n) in sorted(sums.items(), key=lambda item: -item[1][0]):
+            print(f"{kind:<20}{n:>8}{m:>13.3f}{e:>14.3f}{e / m:>7.2f}")
+        print()
+
+
+if __name__ == "__main__":
+    main()
