@@ -54,7 +54,7 @@ from annette_torch import Estimator, load_profile, trace
 from annette_torch.atomic import atomic_path
 from annette_torch.backends import get_backend
 from annette_torch.calibration.store import fingerprint_folder
-from annette_torch.machine import cpu_id
+from annette_torch.machine import cpu_id, cpu_id_differences
 from annette_torch.backends import BACKENDS
 from annette_torch.transfer import (LOCAL_DESCRIPTORS, MAPPINGS, SourceKernels, backend_mapping, draw, fit_adaptation,
                                     mapping_choices, profile_from_descriptor)
@@ -288,16 +288,16 @@ def main() -> None:
     results, text = {}, []
     if missing:
         text.append(f"not measured here (no results folder): {', '.join(missing)}")
-    sources_cpu = {load_profile(p).fingerprint.get("cpu_id", {}).get("model") for p in PROFILES}
     here = cpu_id()
-    if sources_cpu == {here.get("model")}:
+    differences = sorted({d for p in PROFILES for d in cpu_id_differences(load_profile(p).fingerprint.get("cpu_id", {}))})
+    if not differences:
         text.append("caveat: every device is a configuration of the physical CPU the sources were calibrated on; "
                     "a source shares the target's caches and memory. Measurements are noisy (see the accuracy "
                     "tables: repeated runs differ by several % on average).")
     else:
         text.append(f"targets measured on this CPU ({here.get('vendor')} family {here.get('family')} model "
-                    f"{here.get('model')}); the sources were calibrated on another (CPU model "
-                    f"{', '.join(map(str, sorted(sources_cpu, key=str)))}): a cross-CPU transfer")
+                    f"{here.get('model')}); the sources were calibrated on another ({'; '.join(differences)}): "
+                    f"a cross-CPU transfer")
     text.append(f"draw of the k networks within each stratum: {args.draw}")
     sizes = {key: graph.total("ops") for key, graph in graphs.items()} if args.draw == "sizes" else None
     for target, times in tqdm(measured.items(), desc="targets", unit="target", file=sys.stderr):
