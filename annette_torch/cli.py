@@ -9,13 +9,14 @@
                   [--precision P] [--minutes M] [--timeout S] [--config FILE] [--dry-run] [--retry-failed]
                   [--rounds R] [--warmup W] [--repeats N] [--statistic S] [--drift D] [--stop-after-failures K]
                   [--ray auto|local|HOST:PORT [--ray-resource NAME] [--ray-chunk N]]
-    annette-torch calibrate --backend B --minutes M [--prior PROFILE] [--sweep POOL] [--for MODEL ...] --out DIR
+    annette-torch calibrate --backend B --minutes M [--prior PROFILE] [--sweep POOL] [--for MODEL ...]
+                  [--references K] --out DIR
     annette-torch calibrate --backend B --for MODEL [MODEL ...] --out DIR [--profile P] [--input-shape S]
                   [--threads N] [--precision P] [--rounds R] [--warmup W] [--repeats N] [--statistic S] [--drift D]
     annette-torch noise --backend B [--threads N] [--precision P] [--rounds R] [--minutes M]
     annette-torch stores DIR [--compact] [--by-family] [--drop-family FAMILY]
     annette-torch fit --data STORE_DIR --out PROFILE_DIR [--name NAME] [--seed S] [--test-share F] [--first N] [--sample N]
-                  [--prior PROFILE]
+                  [--prior PROFILE] [--no-anchor]
     annette-torch adapt --from PROFILE[,PROFILE...] --backend B [--threads N] [--precision P] --samples K
                   [--seed S] [--mapping M] --out FILE.json [--name NAME] [--rounds R] [--warmup W] [--repeats N]
                   [--ray ADDRESS [--ray-resource NAME]]
@@ -43,6 +44,7 @@ from .memory import MemoryEstimate
 from .models_source import DEFAULT_SEQ_LEN, trace_model
 from .backends import BackendError
 from .calibration.campaign import CHUNK, REPEATS, ROUNDS, STOP_AFTER_FAILURES, CampaignStopped
+from .calibration.budget import REFERENCES
 from .calibration.store import StoreError
 from .calibration.sweep import sweep_names
 from .fleet.cluster import FleetError
@@ -335,6 +337,8 @@ def _calibrate_budget(args: argparse.Namespace) -> int:
         raise ValueError("--dry-run and --retry-failed apply to a fixed --sweep campaign, not to a budgeted one")
     if not args.minutes:
         raise ValueError("a budgeted campaign (--prior) needs --minutes M, its budget")
+    if args.references < 0:
+        raise ValueError(f"--references must be 0 or more reference networks, got {args.references}")
     options = {"config": args.config} if args.config else {}
     backend = get_backend(args.backend, threads=args.threads, precision=args.precision, **options)
     protocol = protocol_from(args, backend, CALIBRATION_PROTOCOL)
@@ -347,7 +351,7 @@ def _calibrate_budget(args: argparse.Namespace) -> int:
                                     models=args.models or (), threads=args.threads, precision=args.precision,
                                     timeout_s=args.timeout, warmup=protocol.warmup, repeats=protocol.repeats,
                                     rounds=protocol.rounds, statistic=protocol.statistic, drift=protocol.drift,
-                                    backend_options=options)
+                                    backend_options=options, references=args.references)
     print(summary)
     return 0
 
@@ -421,6 +425,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
     from .calibration.store import store_folders
     from .fit import fit_profile, format_report
     from .profiles.fingerprint import adapt_command, is_local
+    from .transfer.adapt import anchor_on_references, print_fit, stored_references
 
     folders = store_folders(args.data)
     if not folders:
@@ -443,13 +448,21 @@ def cmd_fit(args: argparse.Namespace) -> int:
                                   first=args.first, sample=args.sample, progress=True,
                                   with_statistical=args.with_statistical)
             print(format_report(profile.fit_metrics))
+        references = [] if args.no_anchor else stored_references(folder)
+        if references:
+            print(f"anchoring on the {len(references)} reference networks of {folder}/references.csv "
+                  f"(whole networks, which small benchmarks may not predict; --no-anchor keeps the fit as it is)")
+            anchored = anchor_on_references(profile, references, seed=args.seed)
+            print_fit(anchored, profile, references)
+            profile = anchored
         path = profile.save(Path(args.out) / f"{profile.name}.json")
         print(f"wrote {path}")
-        if is_local(profile):
+        if is_local(profile) and not references:
             print(f"next: check it on whole networks of this machine, which small calibration benchmarks may not "
                   f"predict (20 % apart on one CPU, docs/cross-cpu.md): {adapt_command(profile, str(path))} "
                   f"(measures 10 reference networks, about a minute; prints the profile's error on them and "
-                  f"corrects it)")
+                  f"corrects it; a budgeted campaign, calibrate --minutes, measures them into the store and fit "
+                  f"then does this itself)")
         print()
     return 0
 
@@ -565,6 +578,10 @@ def build_parser() -> argparse.ArgumentParser:
                                      "steer it (default with --minutes and no --sweep: the built-in profile of the "
                                      "backend); --sweep is then the pool (default full), --for weighs it by those "
                                      "networks' kernel kinds")
+    cal.add_argument("--references", type=int, default=REFERENCES, metavar="K",
+                     help=f"a budgeted campaign first measures K whole reference networks (as adapt draws them; "
+                          f"about a minute), once per store, and fit anchors the profile on them (default "
+                          f"{REFERENCES}, 0: none)")
     cal.add_argument("--timeout", type=float,
                      help="seconds before a benchmark's round counts as hung (default: the backend's, 120 for the "
                           "CPU runtimes)")
@@ -614,6 +631,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "models cover the same kinds")
     fit.add_argument("--prior", help="a profile (name or .json path) to correct with the store's measurements "
                                      "instead of fitting from scratch: for few measurements (docs/prior.md)")
+    fit.add_argument("--no-anchor", action="store_true",
+                     help="keep the fitted profile as the benchmarks make it: do not correct it on the store's "
+                          "reference networks (references.csv, measured by a budgeted campaign)")
     fit.set_defaults(func=cmd_fit)
     adapt = sub.add_parser("adapt", help="adapt a profile to another device from a few measured networks "
                                          "(or from a device descriptor)")

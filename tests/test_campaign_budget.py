@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from pathlib import Path
 
 import pytest
 
@@ -82,7 +83,7 @@ def test_a_budget_stops_on_time_and_a_rerun_resumes_the_plan(tmp_path, monkeypat
     pool = tmp_path / "pool.csv"
     pool.write_text(HEADER + "linear,8,,,,64..256,64..256,,,,,\neltwise,8,,14,,16..64,,,,,add,\n")
     options = dict(prior=_injected_prior(), pool=pool, warmup=1, repeats=2, rounds=1, progress=False,
-                   clock=lambda: clock["s"])
+                   references=0, clock=lambda: clock["s"])
     first = run_budgeted_campaign("torch-cpu", tmp_path / "out", 35 / 60, **options)
     assert first.stopped_early and first.measured == 3 and clock["s"] == 30.0
     for _ in range(2):
@@ -100,7 +101,8 @@ def test_calibrate_minutes_with_a_prior_prints_the_plan_and_the_fit_command(tmp_
     pool = tmp_path / "pool.csv"
     pool.write_text(HEADER + "linear,2,,,,16..32,16..32,,,,,\n")
     code = main(["calibrate", "--backend", "torch-cpu", "--minutes", "5", "--prior", "torch-cpu", "--sweep", str(pool),
-                 "--out", str(tmp_path / "out"), "--rounds", "1", "--warmup", "1", "--repeats", "2"])
+                 "--out", str(tmp_path / "out"), "--rounds", "1", "--warmup", "1", "--repeats", "2",
+                 "--references", "0"])
     printed = capsys.readouterr().out
     assert code == 0
     assert "every benchmark of the pool is measured" in printed
@@ -128,3 +130,26 @@ def test_a_fixed_sweep_with_minutes_is_still_the_fixed_campaign(tmp_path, capsys
                  str(tmp_path)]) == 0
     printed = capsys.readouterr().out
     assert "with sweep 'smoke'" in printed and "time limit reached" in printed
+
+
+def test_a_budgeted_campaign_measures_reference_networks_first_and_once(tmp_path):
+    """Before its benchmarks a campaign measures whole reference networks into the store;
+    a run that stops early keeps them, and a rerun does not measure them again."""
+    from annette_torch.calibration.store import read_references
+    from annette_torch.transfer.references import reference_pool
+
+    cells = [net for net in reference_pool() if net.set == "nb201"][:4]
+    pool = tmp_path / "pool.csv"
+    pool.write_text(HEADER + "linear,4,,,,16..32,16..32,,,,,\n")
+    options = dict(prior="torch-cpu", pool=pool, warmup=1, repeats=2, rounds=1, progress=False,
+                   references=3, reference_pool=cells)
+    first = run_budgeted_campaign("torch-cpu", tmp_path / "out", 0.001, **options)
+    assert first.stopped_early and first.measured == 0 and first.references == 3
+    table = read_references(first.store)
+    assert len(table) == 3 and set(table["benchmark"]) <= {net.name for net in cells}
+    assert (table["time_ms"] > 0).all() and set(table["set"]) == {"nb201"}
+    written = (Path(first.store) / "references.csv").read_text()
+    again = run_budgeted_campaign("torch-cpu", tmp_path / "out", 5, **options)
+    assert again.references == 3 and again.measured == 4 and again.store == first.store
+    assert (Path(again.store) / "references.csv").read_text() == written
+    assert "anchors the profile on the store's 3 reference networks" in str(again)

@@ -203,3 +203,40 @@ def test_a_damaged_correction_field_is_refused_naming_it(tmp_path, prior):
     path.write_text(json.dumps(data))
     with pytest.raises(ProfileError, match=r"correction\.layer_models\.mixed\.linear.*log_scale"):
         load_profile(path)
+
+
+def _reference_cells(count: int = 3):
+    from annette_torch.transfer.references import reference_pool
+    return [net for net in reference_pool() if net.set == "nb201"][:count]
+
+
+def test_fit_anchors_the_profile_on_the_stores_reference_networks(tmp_path, capsys, prior, quick_specs):
+    """Benchmarks 1.5 times the prior, whole reference networks 2 times: the fitted
+    profile is corrected onto the references, unless --no-anchor."""
+    folder = synthetic_store(tmp_path / "store", prior, quick_specs, 1.5)
+    cells = _reference_cells()
+    graphs = [trace(net.build(), input_shape=net.input_shape, name=net.name) for net in cells]
+    with MeasurementStore.open(tmp_path / "store", FINGERPRINT) as store:
+        store.append_references([{"benchmark": net.name, "set": net.set, "time_ms": 2.0 * _estimator(prior)(g),
+                                  "finished_utc": "2026-12-03T10:00:00+00:00"} for net, g in zip(cells, graphs)])
+    assert main(["fit", "--data", str(folder), "--out", str(tmp_path / "anchored"), "--prior", PRIOR]) == 0
+    printed = capsys.readouterr().out
+    assert f"anchoring on the 3 reference networks of {folder}/references.csv" in printed
+    assert "next: check it on whole networks" not in printed
+    assert main(["fit", "--data", str(folder), "--out", str(tmp_path / "plain"), "--prior", PRIOR,
+                 "--no-anchor"]) == 0
+    assert "anchoring" not in capsys.readouterr().out
+    anchored = _estimator(load_profile(tmp_path / "anchored" / f"{PRIOR}-corrected.json"))
+    plain = _estimator(load_profile(tmp_path / "plain" / f"{PRIOR}-corrected.json"))
+    for graph in graphs:     # 3 %: the cells' sub-millisecond kernels invert the prior's gap less exactly
+        assert anchored(graph) == pytest.approx(2.0 * _estimator(prior)(graph), rel=0.03)
+        assert plain(graph) == pytest.approx(1.5 * _estimator(prior)(graph), rel=0.03)
+
+
+def test_a_reference_network_this_version_does_not_know_is_refused_naming_it(tmp_path, capsys, prior, quick_specs):
+    folder = synthetic_store(tmp_path, prior, quick_specs[:4], 1.0)
+    with MeasurementStore.open(tmp_path, FINGERPRINT) as store:
+        store.append_references([{"benchmark": "resnet9000", "set": "large", "time_ms": 5.0,
+                                  "finished_utc": "2026-12-03T10:00:00+00:00"}])
+    assert main(["fit", "--data", str(folder), "--out", str(tmp_path / "out"), "--prior", PRIOR]) == 2
+    assert "resnet9000 is not a reference network of this version" in capsys.readouterr().err

@@ -25,6 +25,12 @@ Planning (:class:`Planner`, pure, from what the store holds):
    unmeasured benchmark whose nearest measured neighbour (distance in log parameters) has
    the largest error; the others follow the pool order, to keep covering the family.
 
+Anchoring: before its first benchmark, a campaign measures ``references`` (default
+:data:`REFERENCES`) whole networks of the reference pool end to end into the store's
+``references.csv`` (as ``annette-torch adapt`` draws them, about a minute of the budget;
+once per store), and ``annette-torch fit`` corrects the profile it fits on them: small
+benchmarks alone can predict whole networks 20 % off on some CPUs (docs/cross-cpu.md).
+
 Running: chunks of up to :data:`~.campaign.CHUNK` benchmarks in interleaved rounds
 through the campaign's worker, written through the normal store (append-only,
 resumable). Before each chunk the campaign checks the clock: a benchmark is started
@@ -39,9 +45,11 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 import time
 import warnings
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -53,9 +61,11 @@ from ..measure.record import write_record
 from ..measure.protocol import DEFAULT_STATISTIC, Protocol
 from .campaign import (CHUNK, REPEATS, ROUNDS, STOP_AFTER_FAILURES, MeasuringWorker, _FailureRun, _specs,
                        check_options, measure_chunk, reference_canary, store_protocol)
-from .store import MeasurementStore
+from .store import MeasurementStore, read_references
 from .sweep import BenchmarkSpec
 
+#: whole reference networks a campaign measures first, for fit to anchor the profile on
+REFERENCES = 10
 #: benchmarks of every family measured before the prior's errors steer the plan
 PILOT = 3
 #: the smallest error a family is credited with: the measurement's own noise (2 %)
@@ -266,6 +276,7 @@ class BudgetSummary:
     stopped_early: bool
     exhausted: bool
     families: list[dict[str, Any]]
+    references: int = 0
 
     def __str__(self) -> str:
         lines = [f"{'family':<18}{'now':>5}{'in store':>10}{'failed':>8}{'prior error %':>15}{'relevance':>11}"]
@@ -279,7 +290,10 @@ class BudgetSummary:
             lines.append("time budget spent; run the same command again to continue the plan")
         elif self.exhausted:
             lines.append("every benchmark of the pool is measured")
-        lines.append(f"fit with the prior: annette-torch fit --data {self.store} --out PROFILE_DIR --prior {self.prior}")
+        anchor = (f"; it anchors the profile on the store's {self.references} reference networks"
+                  if self.references else "")
+        lines.append(f"fit with the prior{anchor}: annette-torch fit --data {self.store} --out PROFILE_DIR "
+                     f"--prior {self.prior}")
         return "\n".join(lines)
 
 
@@ -296,11 +310,15 @@ def run_budgeted_campaign(backend_name: str, out: str | os.PathLike, minutes: fl
                           warmup: int = 5, repeats: int = REPEATS, rounds: int = ROUNDS,
                           statistic: str = DEFAULT_STATISTIC, drift: str = "none", pilot: int = PILOT,
                           progress: bool = True, backend_options: dict[str, Any] | None = None,
+                          references: int = REFERENCES, reference_pool: Sequence[Any] | None = None,
                           clock: Callable[[], float] = time.monotonic) -> BudgetSummary:
     """Measure, within ``minutes`` by ``clock``, the benchmarks of ``pool`` the plan picks
     (module doc) into the store under ``out``; ``prior`` (a profile name, path or
     :class:`~annette_torch.profiles.Profile`) defaults to the built-in profile of the
-    backend, threads and precision. Other options as for :func:`~.campaign.run_campaign`."""
+    backend, threads and precision. First, unless the store holds them, ``references``
+    whole networks of ``reference_pool`` (default
+    :func:`~annette_torch.transfer.references.reference_pool`) are measured into it (0:
+    none). Other options as for :func:`~.campaign.run_campaign`."""
     from ..profiles import load_profile
     from .in_context import profile_for
 
@@ -323,6 +341,9 @@ def run_budgeted_campaign(backend_name: str, out: str | os.PathLike, minutes: fl
     stopped_early = exhausted = False
     with MeasurementStore.open(out, backend.fingerprint()) as store:
         record = store_protocol(store, protocol)
+        stored = len(read_references(store.folder))
+        if references and not stored:
+            stored = measure_references_into(store, backend, references, protocol, reference_pool)
         families = family_states(specs, store.networks(), scorer)
         relevance = family_relevance(prior_profile, models, families, scorer) if models else {}
         planner = Planner(families, relevance, pilot)
@@ -377,4 +398,19 @@ def run_budgeted_campaign(backend_name: str, out: str | os.PathLike, minutes: fl
     table = [{"family": f, "now": now.get(f, 0), "ok": s.ok, "failed": s.failed, "error": s.error,
               "relevance": relevance.get(f, 1.0)} for f, s in sorted(families.items())]
     return BudgetSummary(str(store.folder), prior_label, minutes, counts["measured"], counts["failed"],
-                         clock() - start, stopped_early, exhausted, table)
+                         clock() - start, stopped_early, exhausted, table, stored)
+
+
+def measure_references_into(store: MeasurementStore, backend: Any, k: int, protocol: Protocol,
+                            pool: Sequence[Any] | None = None) -> int:
+    """Measure ``k`` reference networks (seed 0, as ``annette-torch adapt`` draws them) on
+    ``backend`` with ``protocol`` into ``store``'s ``references.csv``; returns how many
+    were measured (a network the backend fails on is reported and left out)."""
+    from ..transfer.adapt import measure_references
+
+    print(f"measuring {k} reference networks end to end, for fit to anchor the profile on", file=sys.stderr)
+    samples = measure_references(backend, k, 0, protocol, pool=pool)
+    stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    store.append_references([{"benchmark": s.name, "set": s.set, "time_ms": s.measured_ms, "finished_utc": stamp}
+                             for s in samples])
+    return len(samples)

@@ -19,6 +19,12 @@ two campaigns from writing the same folder.
 ``layers.csv.gz`` (about six times smaller, for committing) and empties the live files;
 readers combine archive and live rows, ignoring live rows of benchmarks the archive
 already holds, so a kill during compaction loses or doubles nothing either.
+
+``references.csv`` (optional) holds whole reference networks of
+:func:`annette_torch.transfer.references.reference_pool` measured end to end with the
+store's protocol (a budgeted campaign measures them first): ``annette-torch fit``
+anchors the profile it fits on them (:meth:`MeasurementStore.append_references`,
+:func:`read_references`).
 """
 from __future__ import annotations
 
@@ -47,6 +53,8 @@ NETWORK_COLUMNS = ("benchmark", "family", "spec", "status", "error", "time_ms", 
                    "layers_sum_ms", "kernels", "wall_s", "finished_utc")
 LAYER_COLUMNS = ("benchmark", "layer", "kind", "op", "status", "kernel", "kernel_type", "exec_type",
                  "fused_into", "successors", "fusion", "time_ms", "spread") + FEATURES
+#: one row per reference network: its name in the reference pool, its set, the measured time
+REFERENCE_COLUMNS = ("benchmark", "set", "time_ms", "finished_utc")
 _FLOAT_DIGITS = 6
 
 
@@ -185,6 +193,13 @@ class MeasurementStore:
             _append(self.layers_path, _csv_bytes(({**row, "benchmark": benchmark} for row in layers), LAYER_COLUMNS))
         _append(self.networks_path, _csv_bytes([network], NETWORK_COLUMNS))
 
+    def append_references(self, rows: Iterable[dict[str, Any]]) -> None:
+        """Add measured reference networks (:data:`REFERENCE_COLUMNS`), one write."""
+        path = self.folder / "references.csv"
+        if not path.exists() or path.stat().st_size == 0:
+            path.write_text(",".join(REFERENCE_COLUMNS) + "\n")
+        _append(path, _csv_bytes(rows, REFERENCE_COLUMNS))
+
     def networks(self) -> pd.DataFrame:
         """The committed benchmarks, one row each (the last attempt of a retried one)."""
         return read_tables(self.folder)[0]
@@ -215,7 +230,7 @@ class MeasurementStore:
             _rewrite(path, pd.DataFrame(columns=list(columns)), columns)
 
 
-_TEXT_COLUMNS = ("benchmark", "family", "spec", "status", "error", "finished_utc", "layer", "kind", "op",
+_TEXT_COLUMNS = ("benchmark", "set", "family", "spec", "status", "error", "finished_utc", "layer", "kind", "op",
                  "kernel", "kernel_type", "exec_type", "fused_into", "successors", "fusion")
 
 
@@ -358,6 +373,16 @@ def load_measurements(folder: str | os.PathLike) -> tuple[dict[str, Any], pd.Dat
     fingerprint = read_fingerprint(folder)
     networks, layers = read_tables(folder)
     return fingerprint, networks, layers[layers["benchmark"].isin(set(networks["benchmark"]))].reset_index(drop=True)
+
+
+def read_references(folder: str | os.PathLike) -> pd.DataFrame:
+    """The reference networks measured into a store folder (:data:`REFERENCE_COLUMNS`),
+    the last measurement of each; an empty table when the store has none."""
+    path = Path(folder) / "references.csv"
+    if not path.exists():
+        return pd.DataFrame(columns=list(REFERENCE_COLUMNS))
+    table = read_table(path, REFERENCE_COLUMNS)[0]
+    return table.drop_duplicates("benchmark", keep="last").reset_index(drop=True)
 
 
 def store_folders(root: str | os.PathLike) -> list[Path]:

@@ -4,6 +4,8 @@ Both print what they did and return the new profile; the command writes it.
 """
 from __future__ import annotations
 
+import dataclasses
+import os
 import sys
 from typing import Callable, Sequence
 
@@ -16,18 +18,19 @@ from ..measure.networks import NetworkSession, measure_networks
 from ..profiles import Profile, builtin_names, load_profile
 from .descriptor import LOCAL_DESCRIPTORS, DeviceDescriptor, local_sources, profile_from_descriptor
 from .fewshot import Sample, adapt_profile, backend_mapping, choose_source, unadapted
-from .references import draw, reference_pool
+from .references import Network, draw, reference_pool
 
 
 def measure_references(backend, k: int, seed: int, protocol: Protocol = Protocol(),
-                       fleet: Callable[[list], NetworkSession] | None = None) -> list[Sample]:
-    """``k`` networks of the reference pool drawn by ``seed`` across the sizes (operations)
-    of each set, measured on ``backend`` with the measuring ``protocol``
-    (:mod:`annette_torch.measure.protocol`) and traced; a network the backend fails on is
-    reported and left out. ``fleet``: measure the items there instead (a function of the
-    items that returns the session, e.g. on a fleet node,
+                       fleet: Callable[[list], NetworkSession] | None = None,
+                       pool: Sequence[Network] | None = None) -> list[Sample]:
+    """``k`` networks of the reference ``pool`` (default :func:`reference_pool`) drawn by
+    ``seed`` across the sizes (operations) of each set, measured on ``backend`` with the
+    measuring ``protocol`` (:mod:`annette_torch.measure.protocol`) and traced; a network
+    the backend fails on is reported and left out. ``fleet``: measure the items there
+    instead (a function of the items that returns the session, e.g. on a fleet node,
     :func:`annette_torch.fleet.measure_networks_on_fleet`)."""
-    pool = reference_pool()
+    pool = reference_pool() if pool is None else list(pool)
     if not 0 <= k <= len(pool):
         raise ValueError(f"--samples must be between 0 and {len(pool)} (the reference pool), got {k}")
     if not k:
@@ -68,6 +71,41 @@ def print_fit(profile: Profile, source: Profile, samples: Sequence[Sample]) -> N
               f"{new:12.3f}{(new / s.measured_ms - 1) * 100:8.1f}")
     print(f"mean |error| on these samples: {adaptation.fit['mape_before']:.1f} % before, "
           f"{adaptation.fit['mape_after']:.1f} % after (in-sample)")
+
+
+def stored_references(folder: str | os.PathLike) -> list[Sample]:
+    """The reference networks a store folder holds (``references.csv``, written by a
+    budgeted campaign), traced again from :func:`reference_pool` by name, with their
+    measured times; ``ValueError`` naming a network the pool does not hold."""
+    from ..calibration.store import read_references
+
+    table = read_references(folder)
+    if table.empty:
+        return []
+    pool = {net.name: net for net in reference_pool()}
+    unknown = sorted(set(table["benchmark"]) - set(pool))
+    if unknown:
+        raise ValueError(f"{folder}/references.csv: {', '.join(unknown)} is not a reference network of this "
+                         f"version (annette_torch.transfer.references); remove the line(s), or fit with --no-anchor")
+    samples = []
+    with torch_threads(1):
+        for row in table.itertuples(index=False):
+            net = pool[row.benchmark]
+            graph = trace(net.build(), input_shape=net.input_shape, name=net.name)
+            samples.append(Sample(graph, float(row.time_ms), net.name, net.set))
+    return samples
+
+
+def anchor_on_references(profile: Profile, samples: Sequence[Sample], seed: int = 0) -> Profile:
+    """``profile`` (fitted on a store's small benchmarks) corrected on whole reference
+    networks measured on the same machine: :func:`adapt_profile` with the profile's own
+    mapping, keeping its name and fingerprint. No samples: ``profile`` itself."""
+    if not samples:
+        return profile
+    anchored = adapt_profile(profile, samples, seed=seed, name=profile.name, fingerprint=profile.fingerprint)
+    return dataclasses.replace(
+        anchored, description=f"{profile.description}; anchored on {len(samples)} whole reference networks "
+                              f"measured with its store ({'+'.join(anchored.adaptation.terms)})")
 
 
 def few_shot(sources: Sequence[str], backend_name: str, threads: int, precision: str | None, k: int, seed: int,
