@@ -337,8 +337,6 @@ def _calibrate_budget(args: argparse.Namespace) -> int:
         raise ValueError("--dry-run and --retry-failed apply to a fixed --sweep campaign, not to a budgeted one")
     if not args.minutes:
         raise ValueError("a budgeted campaign (--prior) needs --minutes M, its budget")
-    if args.references < 0:
-        raise ValueError(f"--references must be 0 or more reference networks, got {args.references}")
     options = {"config": args.config} if args.config else {}
     backend = get_backend(args.backend, threads=args.threads, precision=args.precision, **options)
     protocol = protocol_from(args, backend, CALIBRATION_PROTOCOL)

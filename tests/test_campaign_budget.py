@@ -153,3 +153,9 @@ def test_a_budgeted_campaign_measures_reference_networks_first_and_once(tmp_path
     assert again.references == 3 and again.measured == 4 and again.store == first.store
     assert (Path(again.store) / "references.csv").read_text() == written
     assert "anchors the profile on the store's 3 reference networks" in str(again)
+
+
+def test_a_negative_reference_count_is_refused_naming_the_option(tmp_path):
+    with pytest.raises(ValueError, match="--references must be 0 or more"):
+        run_budgeted_campaign("torch-cpu", tmp_path / "out", 1, prior="torch-cpu", references=-1, progress=False)
+    assert not (tmp_path / "out").exists()

@@ -325,6 +325,8 @@ def run_budgeted_campaign(backend_name: str, out: str | os.PathLike, minutes: fl
     check_options(threads, minutes, timeout_s)
     if minutes is None:
         raise ValueError("a budgeted campaign needs --minutes (its budget)")
+    if references < 0:
+        raise ValueError(f"--references must be 0 or more reference networks, got {references}")
     start = clock()
     deadline = start + minutes * 60
     backend = get_backend(backend_name, threads=threads, precision=precision, **(backend_options or {}))
