@@ -17,7 +17,7 @@ import numpy as np
 
 from ..layer_models import LayerModel, Mixed, RefinedRoofline, Statistical
 from ..layer_models.regressors import regression_inputs
-from .learners import LEARNERS, choose_learner, fit_learner
+from .learners import LEARNERS, choose_learner, fit_learner, predict
 from .roofline import as_plain, envelope, fit_roofline
 from .unroll import UnrollSearch, fit_refined_roofline
 
@@ -54,7 +54,7 @@ def fit_kind(features: np.ndarray, seconds: np.ndarray, weights: np.ndarray, min
     for type_name, (y, factor) in targets.items():
         def error(predicted: np.ndarray, rows: np.ndarray, factor=factor) -> float:
             return mape(factor[rows] * np.exp(predicted), seconds[rows])
-        learner, scores = choose_learner(x, y, weights, error, seed)
+        learner, scores = choose_learner(x, y, weights, error, seed, clamped=type_name == "mixed")
         regressor = fit_learner(learner, x, y, weights, seed)
         model_class = Statistical if type_name == "statistical" else Mixed
         fit.models[type_name] = model_class(refined, regressor, learner)
@@ -71,6 +71,7 @@ def learner_errors(features: np.ndarray, seconds: np.ndarray, weights: np.ndarra
     result = {}
     for type_name, y, factor in (("statistical", np.log(seconds), np.ones_like(test_seconds)),
                                  ("mixed", np.log(seconds / roof), roof_test)):
-        result[type_name] = {name: mape(factor * np.exp(fit_learner(name, x, y, weights, seed).predict(x_test)),
+        clamped = type_name == "mixed"
+        result[type_name] = {name: mape(factor * np.exp(predict(fit_learner(name, x, y, weights, seed), x_test, clamped)),
                                         test_seconds) for name in LEARNERS}
     return result

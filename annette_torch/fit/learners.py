@@ -6,7 +6,8 @@ or a log ratio of measured to refined-roofline time (mixed):
 
 * ``gradient_boosting``: 200 depth-4 trees, each on a random 80% of the rows;
 * ``random_forest``: 60 trees of at most 48 leaves (small enough to ship in a profile);
-* ``ridge``: a linear model on the log features, i.e. a power law in the features.
+* ``ridge``: a linear model on the log features, i.e. a power law in the features; it
+  records the range of the inputs it was fitted on.
 
 :func:`choose_learner` picks the one with the lowest cross-validated error on the
 training rows only, so the held-out rows stay unseen until the final check.
@@ -56,7 +57,7 @@ def _ridge(x: np.ndarray, y: np.ndarray, w: np.ndarray, seed: int) -> LinearRegr
     std[std == 0] = 1.0
     model = Ridge(alpha=1.0).fit((x - mean) / std, y, sample_weight=w)
     coef = model.coef_ / std
-    return LinearRegressor(coef, float(model.intercept_ - coef @ mean))
+    return LinearRegressor(coef, float(model.intercept_ - coef @ mean), x.min(axis=0), x.max(axis=0))
 
 
 LEARNERS: dict[str, Callable[[np.ndarray, np.ndarray, np.ndarray, int], TreeEnsemble | LinearRegressor]] = {
@@ -102,23 +103,32 @@ def round_targets(y: np.ndarray) -> np.ndarray:
 
 def choose_learner(x: np.ndarray, y: np.ndarray, weights: np.ndarray,
                    error: Callable[[np.ndarray, np.ndarray], float], seed: int = 0,
-                   folds: int = 3) -> tuple[str, dict[str, float]]:
+                   folds: int = 3, clamped: bool = False) -> tuple[str, dict[str, float]]:
     """(learner with the lowest cross-validated error, each learner's error); see
-    :func:`cv_errors` for ``error``."""
-    scores = cv_errors(x, y, weights, error, seed, folds)
+    :func:`cv_errors` for ``error`` and ``clamped``."""
+    scores = cv_errors(x, y, weights, error, seed, folds, clamped)
     return min(scores, key=scores.get), scores
 
 
+def predict(model: TreeEnsemble | LinearRegressor, x: np.ndarray, clamped: bool = False) -> np.ndarray:
+    """``model``'s targets for inputs ``x``; ``clamped``: a linear model on ``x`` clamped
+    into its fitted range, as a mixed layer model evaluates it."""
+    if clamped and isinstance(model, LinearRegressor):
+        x = model.within_fitted(x)
+    return model.predict(x)
+
+
 def cv_errors(x: np.ndarray, y: np.ndarray, weights: np.ndarray, error: Callable[[np.ndarray, np.ndarray], float],
-              seed: int = 0, folds: int = 3) -> dict[str, float]:
+              seed: int = 0, folds: int = 3, clamped: bool = False) -> dict[str, float]:
     """Per learner, the mean over ``folds`` shuffled folds of ``error(predicted targets of
-    the fold, the fold's row indices)``; the caller's ``error`` turns targets into times."""
+    the fold, the fold's row indices)``; the caller's ``error`` turns targets into times.
+    ``clamped``: predict as a mixed layer model does (:func:`predict`)."""
     splitter = KFold(n_splits=min(folds, len(y)), shuffle=True, random_state=seed)
     scores = {}
     for name in LEARNERS:
         errors = []
         for train, test in splitter.split(x):
             model = fit_learner(name, x[train], y[train], weights[train], seed)
-            errors.append(error(model.predict(x[test]), test))
+            errors.append(error(predict(model, x[test], clamped), test))
         scores[name] = float(np.mean(errors))
     return scores

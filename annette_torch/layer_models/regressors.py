@@ -19,7 +19,10 @@ a profile cannot execute anything:
   (:mod:`annette_torch.profiles.profile`), at the narrowest exact dtypes: int8/int16/int32
   indices, float32 thresholds, float64 values. The layout of version-1 profiles, a list
   ``"trees"`` of per-tree node lists inline in the JSON, still loads.
-* ``{"type": "linear", "inputs": [...], "coef": [...], "intercept": c}``: ``c + coef . x``.
+* ``{"type": "linear", "inputs": [...], "coef": [...], "intercept": c, "low": [...], "high": [...]}``:
+  ``c + coef . x``. ``low``/``high`` (optional; profiles before 2026-12-03 lack them) hold
+  each input's lowest and highest value among the rows it was fitted on; a mixed model
+  evaluates it on inputs clamped into them (:mod:`.statistical`).
 
 ``inputs`` names the columns of :func:`regression_inputs`; loading checks them against
 this version's list, so a profile built for other inputs fails with a clear error.
@@ -234,10 +237,13 @@ def _tree_depths(nodes: np.ndarray, inner: np.ndarray, left: np.ndarray, right: 
 
 @dataclass
 class LinearRegressor:
-    """``intercept + coef . inputs`` (a ridge regression on log features: a power law)."""
+    """``intercept + coef . inputs`` (a ridge regression on log features: a power law);
+    ``low``/``high``: the range of each input over the rows it was fitted on, if known."""
 
     coef: np.ndarray
     intercept: float
+    low: np.ndarray | None = None
+    high: np.ndarray | None = None
 
     def predict(self, inputs: Any, xp: Any = np) -> Any:
         """One value per row of ``inputs`` (columns :data:`REGRESSION_INPUTS`)."""
@@ -245,9 +251,21 @@ class LinearRegressor:
             return inputs @ self.coef + self.intercept
         return inputs @ xp.as_tensor(self.coef, dtype=inputs.dtype, device=inputs.device) + self.intercept
 
+    def within_fitted(self, inputs: Any, xp: Any = np) -> Any:
+        """``inputs`` with each column clamped into the range it was fitted on (unchanged
+        without a recorded range)."""
+        if self.low is None:
+            return inputs
+        if xp is np:
+            return np.clip(inputs, self.low, self.high)
+        bounds = [xp.as_tensor(b, dtype=inputs.dtype, device=inputs.device) for b in (self.low, self.high)]
+        return xp.clamp(inputs, *bounds)
+
     def to_dict(self) -> dict:
+        bounds = {} if self.low is None else {name: [float(f"{v:.12g}") for v in values]
+                                               for name, values in (("low", self.low), ("high", self.high))}
         return {"type": "linear", "inputs": list(REGRESSION_INPUTS),
-                "coef": [float(f"{v:.12g}") for v in self.coef], "intercept": float(self.intercept)}
+                "coef": [float(f"{v:.12g}") for v in self.coef], "intercept": float(self.intercept), **bounds}
 
     @classmethod
     def from_dict(cls, data: dict) -> LinearRegressor:
@@ -255,7 +273,16 @@ class LinearRegressor:
         coef = _array(data, "coef", "iuf").astype(np.float64)
         if coef.shape != (len(REGRESSION_INPUTS),) or not np.isfinite(coef).all():
             raise ValueError(f"coef must be {len(REGRESSION_INPUTS)} finite numbers")
-        return cls(coef, number(data["intercept"], "intercept"))
+        if ("low" in data) != ("high" in data):
+            raise ValueError("'low' and 'high' go together: the range of the inputs the model was fitted on")
+        if "low" not in data:
+            return cls(coef, number(data["intercept"], "intercept"))
+        low, high = (_array(data, name, "iuf").astype(np.float64) for name in ("low", "high"))
+        if low.shape != coef.shape or high.shape != coef.shape or not (np.isfinite(low) & np.isfinite(high)).all():
+            raise ValueError(f"'low' and 'high' must be {len(REGRESSION_INPUTS)} finite numbers each")
+        if (low > high).any():
+            raise ValueError(f"'low' exceeds 'high' for input {REGRESSION_INPUTS[int(np.argmax(low > high))]}")
+        return cls(coef, number(data["intercept"], "intercept"), low, high)
 
 
 REGRESSOR_TYPES = {"trees": TreeEnsemble, "linear": LinearRegressor}
