@@ -31,6 +31,9 @@ pooled p10) without measuring; with the canary everything is measured anew. ``me
 ``p90_ms`` are those of the pooled drift-corrected runs; the ground truth is the column
 of ``--statistic``. Each session appends the machine's state (steal, load, canary
 spread) to ``sessions.jsonl`` there; the report prints it beside the accuracy.
+``--ground-truth FOLDER`` scores on that results folder as it is (another machine's, e.g. the
+committed ``benchmarks/results/<fingerprint folder>`` of the README's figures), measuring
+nothing, whatever this machine is.
 Variants: ``flops`` (time = scale * ops, one scale fitted in-sample as the geometric
 mean of measured/ops, so it is optimistic) and each layer-model type of the profile
 with (``+map``) and without (``-map``) the mapping model.
@@ -529,6 +532,27 @@ def plot(summary: dict, path: str) -> None:
     fig.savefig(path, dpi=120)
 
 
+def recorded_fingerprint(folder: Path) -> dict | None:
+    """The ``fingerprint.json`` a results folder records (None without one)."""
+    path = folder / "fingerprint.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def recorded_ground_truth(args: argparse.Namespace, nets: list[Network]) -> tuple[pd.DataFrame, Path, list[str]]:
+    """(rows of ``nets`` in the ``--ground-truth`` folder, its CSV path, no failures);
+    ``SystemExit`` when it holds no measurements or the options ask to measure."""
+    if args.remeasure or args.ray:
+        raise SystemExit("--ground-truth scores a recorded folder; it cannot be combined with --remeasure or --ray")
+    folder = Path(args.ground_truth)
+    rows = read_measured(folder, (folder_record(folder) or {}).get("since"))
+    if rows.empty:
+        raise SystemExit(f"{folder} holds no measurements (measured.csv)")
+    wanted = {(n.set, n.name) for n in nets}
+    rows = rows[[key in wanted for key in zip(rows["set"], rows["network"])]].reset_index(drop=True)
+    print(f"ground truth: {folder} (recorded; nothing measured)")
+    return rows, folder / "measured.csv", []
+
+
 def main() -> None:
     # torch's TorchScript exporter logs its whole IR graph on a failed export, to stdout
     # (its logging switch is always on: setup_onnx_logging tests the function, not its
@@ -547,6 +571,8 @@ def main() -> None:
                         help="kernels measured in context (calibrate --for) the estimates consult first")
     add_protocol_arguments(parser, DEFAULT_PROTOCOL, statistics=tuple(GROUND_TRUTH))
     parser.add_argument("--results", default=str(RESULTS_ROOT), help="root of the results folders")
+    parser.add_argument("--ground-truth", default=None, metavar="FOLDER",
+                        help="score on this results folder (any machine's) as it is; measures nothing")
     parser.add_argument("--ray", default=None, metavar="ADDRESS",
                         help="measure on a node of this Ray cluster (auto, local, HOST:PORT) that advertises the "
                              "device (pip install 'annette_torch[fleet]'; calibration/README.md)")
@@ -564,18 +590,21 @@ def main() -> None:
         raise SystemExit(str(error)) from None
     if protocol.rounds * protocol.repeats < 20:
         raise SystemExit("--rounds x --repeats must be at least 20 for a stable p10 and median")
-    fleet = Fleet(args.ray, args.ray_resource) if args.ray else None
-    if fleet is None:
-        backend.prepare_process()    # this process only measures: set it up as a campaign's worker is
-    print(f"measuring protocol: {protocol}")
-    start = time.perf_counter()
-    try:
-        with contextlib.nullcontext() if fleet is None else _fleet_connection(fleet, backend):
-            measured, source, failures = measure_networks(backend, nets, args.results, protocol, args.remeasure,
-                                                          fleet=fleet)
-    except ResultsError as error:
-        raise SystemExit(str(error)) from None
-    print(f"measuring took {time.perf_counter() - start:.0f} s; median spread {measured['spread'].median():.3f}")
+    if args.ground_truth is not None:
+        measured, source, failures = recorded_ground_truth(args, nets)
+    else:
+        fleet = Fleet(args.ray, args.ray_resource) if args.ray else None
+        if fleet is None:
+            backend.prepare_process()    # this process only measures: set it up as a campaign's worker is
+        print(f"measuring protocol: {protocol}")
+        start = time.perf_counter()
+        try:
+            with contextlib.nullcontext() if fleet is None else _fleet_connection(fleet, backend):
+                measured, source, failures = measure_networks(backend, nets, args.results, protocol, args.remeasure,
+                                                              fleet=fleet)
+        except ResultsError as error:
+            raise SystemExit(str(error)) from None
+        print(f"measuring took {time.perf_counter() - start:.0f} s; median spread {measured['spread'].median():.3f}")
     for failure in failures:        # the first line: an exporter's message goes on with its whole TorchScript graph
         print(f"measure failed: {failure.strip().splitlines()[0] if failure.strip() else failure}")
     if measured.empty:
@@ -587,7 +616,8 @@ def main() -> None:
     if args.json:
         with atomic_path(args.json) as tmp:
             tmp.write_text(json.dumps({"source": str(source), "profile": args.profile,
-                                       "fingerprint": backend.fingerprint(), "protocol": record,
+                                       "fingerprint": recorded_fingerprint(source.parent) if args.ground_truth
+                                       else backend.fingerprint(), "protocol": record,
                                        "sessions": sessions, **summary}, indent=1) + "\n")
     if args.plot:
         plot(summary, args.plot)

@@ -230,3 +230,24 @@ def test_the_dense_set_keeps_every_output_of_a_detection_backbone():
     assert len(graph.outputs) == 6            # SSDLite's six feature maps, none of them dead
     assert not graph.dead
     assert Estimator("openvino-cpu")(graph) > 1.0
+
+
+def test_a_recorded_ground_truth_is_scored_as_it_is_and_refuses_to_measure(tmp_path):
+    """--ground-truth: another machine's folder scored without measuring (its rows under its
+    record only, of the networks asked for); combined with --remeasure it is refused."""
+    backend = FakeBackend({"backend": "fake", "runtime_version": "1", "cpu": "other cpu", "threads": 1,
+                           "precision": "f32"})
+    rows, path, _ = accuracy.measure_networks(backend, _nets(), tmp_path, ONE_ROUND, progress=False)
+    calls = len(backend.calls)
+    args = type("Args", (), {"ground_truth": str(path.parent), "remeasure": False, "ray": None})()
+    recorded, source, failures = accuracy.recorded_ground_truth(args, _nets()[:1])
+    assert source == path and failures == [] and len(backend.calls) == calls
+    assert recorded[["set", "network", "p10_ms"]].values.tolist() == rows[rows["network"] == "small"][
+        ["set", "network", "p10_ms"]].values.tolist()
+    assert accuracy.recorded_fingerprint(path.parent)["cpu"] == "other cpu"
+    args.remeasure = True
+    with pytest.raises(SystemExit, match="cannot be combined with --remeasure"):
+        accuracy.recorded_ground_truth(args, _nets())
+    args.remeasure, args.ground_truth = False, str(tmp_path / "empty")
+    with pytest.raises(SystemExit, match="holds no measurements"):
+        accuracy.recorded_ground_truth(args, _nets())
