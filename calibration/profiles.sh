@@ -10,8 +10,5 @@ store() { ls -d calibration/data/"$1"-* | head -1; }
 annette-torch fit --data "$(store openvino-cpu-1t-f32)"    --out "$out" --name openvino-cpu
 annette-torch fit --data "$(store openvino-cpu-2t-f32)"    --out "$out" --name openvino-cpu-2t
 annette-torch fit --data "$(store onnxruntime-cpu-1t-f32)" --out "$out" --name onnxruntime-cpu
-# torch-cpu as committed was fitted before the slice rows (2026-12-02 05:03); refitted with
-# them, its slice model gives torchvision swin_t's parameter-only bias gathers 2-5 ms each
-# (swin_t +2.6 -> +48.1 %), so the committed profile was kept until that is fixed
 annette-torch fit --data "$(store torch-cpu-1t-f32)"       --out "$out" --name torch-cpu
 annette-torch fit --data "$(store torch-cpu-train-1t-f32)" --out "$out" --name torch-cpu-train
