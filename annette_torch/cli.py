@@ -14,6 +14,7 @@
     annette-torch calibrate --backend B --for MODEL [MODEL ...] --out DIR [--profile P] [--input-shape S]
                   [--threads N] [--precision P] [--rounds R] [--warmup W] [--repeats N] [--statistic S] [--drift D]
     annette-torch noise --backend B [--threads N] [--precision P] [--rounds R] [--minutes M]
+    annette-torch check --profile P [--samples K] [--seed S] [--tolerance PERCENT]   (exit 1: the profile is off here)
     annette-torch stores DIR [--compact] [--by-family] [--drop-family FAMILY]
     annette-torch fit --data STORE_DIR --out PROFILE_DIR [--name NAME] [--seed S] [--test-share F] [--first N] [--sample N]
                   [--prior PROFILE] [--no-anchor]
@@ -388,6 +389,29 @@ def cmd_noise(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_check(args: argparse.Namespace) -> int:
+    from .backends import get_backend
+    from .profiles.fingerprint import adapt_command, is_local
+    from .transfer.adapt import check_profile
+
+    profile = load_profile(args.profile)
+    fp = profile.fingerprint
+    if not is_local(profile):
+        raise ValueError(f"check measures the profile's runtime on this machine; profile {profile.name!r} is of "
+                         f"{fp.get('backend')!r}, not a runtime of this machine's CPU")
+    if not 1 <= args.samples <= 32:
+        raise ValueError(f"--samples must be between 1 and 32, got {args.samples}")
+    backend = get_backend(fp["backend"], threads=fp.get("threads", 1), precision=fp.get("precision"))
+    result = check_profile(profile, backend, args.samples, args.seed, protocol_from(args, backend))
+    print(result)
+    if result.mean_abs_error * 100 <= args.tolerance:
+        print(f"profile {profile.name!r} holds on this machine now (within {args.tolerance:g} %)")
+        return 0
+    print(f"profile {profile.name!r} is off on this machine now (mean |error| {100 * result.mean_abs_error:.1f} % > "
+          f"{args.tolerance:g} %); adapt it: {adapt_command(profile, args.profile)}")
+    return 1
+
+
 def cmd_stores(args: argparse.Namespace) -> int:
     from .calibration.store import MeasurementStore, load_measurements, store_folders, summarize, summarize_families
 
@@ -603,6 +627,16 @@ def build_parser() -> argparse.ArgumentParser:
     from .measure.noise import NOISE_PROTOCOL
     add_protocol_arguments(noise, NOISE_PROTOCOL)
     noise.set_defaults(func=cmd_noise)
+    check = sub.add_parser("check", help="is a profile still right on this machine now? measure a few reference "
+                                         "networks of its runtime and compare (exit 1 when off by more than "
+                                         "--tolerance)")
+    check.add_argument("--profile", required=True, help="profile name or .json path (of a runtime of this machine)")
+    check.add_argument("--samples", type=int, default=5, help="reference networks to measure (default 5)")
+    check.add_argument("--seed", type=int, default=0, help="picks the reference networks (default 0)")
+    check.add_argument("--tolerance", type=float, default=10.0,
+                       help="mean |error| in percent above which the profile is off (default 10)")
+    add_protocol_arguments(check)
+    check.set_defaults(func=cmd_check)
     stores = sub.add_parser("stores", help="summarize the measurement stores under a folder")
     stores.add_argument("root", help="a store folder or a folder of stores (e.g. calibration/data)")
     stores.add_argument("--compact", action="store_true", help="first move each store's rows into its .csv.gz archives")

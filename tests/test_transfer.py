@@ -322,3 +322,30 @@ def test_adapt_draws_its_references_across_the_sizes_of_each_set(monkeypatch):
         small, large = sorted((s.name for s in samples), key=lambda name: int(name[1:]))
         assert small in ("w4", "w8") and large in ("w48", "w64")     # one of each half, never two of one
         assert all(s.graph.model_name == s.name for s in samples)
+
+
+def test_check_measures_reference_networks_and_says_whether_the_profile_holds_here(monkeypatch, capsys):
+    """``annette-torch check``: the profile's estimates of freshly measured reference networks,
+    exit 0 within --tolerance, 1 beyond it with the adapt command; a profile of a runtime
+    this machine does not run is refused, naming it."""
+    pool = [Network("nb201", f"w{w}", (1, 3, 32, 32), lambda w=w: small_net(w, 2)) for w in (64, 4, 48, 8)]
+    monkeypatch.setattr(adapt_command, "reference_pool", lambda: pool)
+    monkeypatch.setattr(TorchCpu, "measure", lambda self, model, input_shape, warmup=5, repeats=25:
+                        Latency.from_runs([1.0] * repeats, self.threads))
+    result = adapt_command.check_profile(load_profile("torch-cpu"), TorchCpu(), 2, 0,
+                                         Protocol(rounds=1, warmup=0, repeats=20, drift="none"))
+    est = Estimator("torch-cpu")
+    errors = [est(trace(next(n for n in pool if n.name == name).build(), input_shape=(1, 3, 32, 32))) / 1.0 - 1
+              for _, name, _, _ in result.rows]
+    assert len(result.rows) == 2 and all(m == pytest.approx(1.0) for _, _, m, _ in result.rows)
+    assert result.mean_abs_error == pytest.approx(np.mean(np.abs(errors)))
+    assert result.median_error == pytest.approx(np.median(errors))
+    args = ["check", "--profile", "torch-cpu", "--samples", "2", "--rounds", "1", "--warmup", "0", "--repeats", "20",
+            "--drift", "none"]
+    assert cli_main(args + ["--tolerance", "1e9"]) == 0
+    assert "profile 'torch-cpu' holds on this machine now" in capsys.readouterr().out
+    assert cli_main(args + ["--tolerance", "0"]) == 1
+    out = capsys.readouterr().out
+    assert "is off on this machine now" in out and "annette-torch adapt --from torch-cpu --backend torch-cpu" in out
+    assert cli_main(["check", "--profile", "ncs2-myriad"]) == 2
+    assert "not a runtime of this machine's CPU" in capsys.readouterr().err

@@ -1,6 +1,8 @@
 """What ``annette-torch adapt`` does: measure reference networks on a backend and adapt a
 profile to them (few-shot), or build a zero-shot profile from a device descriptor.
-Both print what they did and return the new profile; the command writes it.
+Both print what they did and return the new profile; the command writes it. And what
+``annette-torch check`` does: measure a few reference networks and say how far a profile
+is off on this machine now (:func:`check_profile`).
 """
 from __future__ import annotations
 
@@ -8,6 +10,8 @@ import dataclasses
 import os
 import sys
 from typing import Callable, Sequence
+
+import numpy as np
 
 from ..backends import get_backend
 from ..backends.base import torch_threads
@@ -46,6 +50,35 @@ def measure_references(backend, k: int, seed: int, protocol: Protocol = Protocol
         print(f"skipped {name}: {message}", file=sys.stderr)
     return [Sample(graphs[net.name], session.measured[net.name].time_ms, net.name, net.set)
             for net in nets if net.name in session.measured]
+
+
+@dataclasses.dataclass
+class CheckResult:
+    """A profile against reference networks measured now: per network (set, name, measured
+    ms, estimated ms), the mean |error| and the median signed error (fractions)."""
+
+    rows: list[tuple[str, str, float, float]]
+    mean_abs_error: float
+    median_error: float
+
+    def __str__(self) -> str:
+        lines = [f"{'set':<7}{'network':<60}{'measured ms':>12}{'estimate ms':>12}{'err %':>8}"]
+        lines += [f"{s:<7}{n[:58]:<60}{m:12.3f}{e:12.3f}{(e / m - 1) * 100:8.1f}" for s, n, m, e in self.rows]
+        lines.append(f"mean |error| {100 * self.mean_abs_error:.1f} %, median error {100 * self.median_error:+.1f} % "
+                     f"over {len(self.rows)} reference networks")
+        return "\n".join(lines)
+
+
+def check_profile(profile: Profile, backend, k: int, seed: int, protocol: Protocol = Protocol()) -> CheckResult:
+    """Measure ``k`` reference networks (drawn as ``adapt`` draws them) on ``backend`` and
+    compare them with ``profile``'s estimates; ``ValueError`` when none could be measured."""
+    samples = measure_references(backend, k, seed, protocol)
+    if not samples:
+        raise ValueError(f"no reference network could be measured on {backend.name}")
+    est = Estimator(profile)
+    rows = [(s.set, s.name, s.measured_ms, est(s.graph)) for s in samples]
+    errors = np.array([e / m - 1 for _, _, m, e in rows])
+    return CheckResult(rows, float(np.abs(errors).mean()), float(np.median(errors)))
 
 
 def print_fit(profile: Profile, source: Profile, samples: Sequence[Sample]) -> None:
