@@ -544,7 +544,7 @@ def recorded_ground_truth(args: argparse.Namespace, nets: list[Network]) -> tupl
     if args.remeasure or args.ray:
         raise SystemExit("--ground-truth scores a recorded folder; it cannot be combined with --remeasure or --ray")
     folder = Path(args.ground_truth)
-    rows = read_measured(folder, (folder_record(folder) or {}).get("since"))
+    rows, _ = ground_truth(folder)
     if rows.empty:
         raise SystemExit(f"{folder} holds no measurements (measured.csv)")
     wanted = {(n.set, n.name) for n in nets}

@@ -25,11 +25,12 @@ import warnings
 
 import numpy as np
 
-from annette_torch import Estimator, trace
+from annette_torch import trace
 from annette_torch.layer_models.corrected import KindCorrection, PriorCorrection
 from annette_torch.profiles import load_profile
 from annette_torch.transfer.adapt import Sample, anchor_on_references, print_fit
 from annette_torch.transfer.references import reference_pool
+from context_gap import kernel_pairs
 
 LINE = re.compile(r"^(\S+): measured ([\d.eE+-]+) ms end to end")
 
@@ -52,14 +53,10 @@ def main() -> None:
         raise SystemExit(f"not reference-pool networks: {', '.join(unknown)}")
     samples = [Sample(trace(pool[n].build(), input_shape=pool[n].input_shape, name=n), ms, n, pool[n].set)
                for n, ms in measured.items()]
-    with_table, alone = Estimator(profile, measured=args.measured), Estimator(profile)
     pairs: dict[tuple[str, str], list[tuple[float, float]]] = {}
-    for sample in samples:
-        table, model = with_table.report(sample.graph).set_index("kernel"), alone.report(sample.graph).set_index("kernel")
-        for kernel, row in table[table["layer_model"] == "measured"].iterrows():
-            if kernel in model.index and model.at[kernel, "time_ms"] > 0 and row["time_ms"] > 0:
-                key = (model.at[kernel, "layer_model"], row["kind"])
-                pairs.setdefault(key, []).append((row["time_ms"], model.at[kernel, "time_ms"]))
+    for kind, type_name, measured_ms, estimated_ms in kernel_pairs(profile, args.measured, [s.graph for s in samples]):
+        if measured_ms > 0 and estimated_ms > 0:
+            pairs.setdefault((type_name, kind), []).append((measured_ms, estimated_ms))
     factors: dict[str, dict[str, KindCorrection]] = {}
     print(f"{'model type':<18}{'kind':<20}{'kernels':>8}{'estimated ms':>14}{'measured ms':>13}{'factor':>8}")
     for (type_name, kind), values in sorted(pairs.items()):

@@ -19,6 +19,22 @@ from annette_torch import Estimator
 from annette_torch.models_source import trace_model
 
 
+def kernel_pairs(profile, measured: str, graphs) -> list[tuple[str, str, float, float]]:
+    """Per kernel of ``graphs`` that the table under ``measured`` answers: (its kind, the
+    layer-model type ``profile`` answers it with, the time measured in context, ``profile``'s
+    estimate), in ms."""
+    with_table, alone = Estimator(profile, measured=measured), Estimator(profile)
+    pairs = []
+    for graph in graphs:
+        table = with_table.report(graph).set_index("kernel")
+        estimated = alone.report(graph).set_index("kernel")
+        for kernel, row in table[table["layer_model"] == "measured"].iterrows():
+            if kernel in estimated.index:
+                pairs.append((row["kind"], estimated.at[kernel, "layer_model"], row["time_ms"],
+                              estimated.at[kernel, "time_ms"]))
+    return pairs
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--measured", required=True, help="the table folder calibrate --for wrote")
@@ -30,17 +46,12 @@ def main() -> None:
         warnings.simplefilter("ignore")
         graphs = [trace_model(spec) for spec in args.models.split(",")]
     for profile in args.profile:
-        with_table, alone = Estimator(profile, measured=args.measured), Estimator(profile)
         sums: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0])
-        for graph in graphs:
-            measured = with_table.report(graph).set_index("kernel")
-            estimated = alone.report(graph).set_index("kernel")
-            for kernel, row in measured[measured["layer_model"] == "measured"].iterrows():
-                if kernel in estimated.index:
-                    entry = sums[row["kind"]]
-                    entry[0] += row["time_ms"]
-                    entry[1] += estimated.loc[kernel, "time_ms"]
-                    entry[2] += 1
+        for kind, _, measured_ms, estimated_ms in kernel_pairs(profile, args.measured, graphs):
+            entry = sums[kind]
+            entry[0] += measured_ms
+            entry[1] += estimated_ms
+            entry[2] += 1
         print(f"{profile}: kernels measured in context vs its estimates ({', '.join(args.models.split(','))})")
         print(f"{'kind':<20}{'kernels':>8}{'measured ms':>13}{'estimated ms':>14}{'ratio':>7}")
         for kind, (m, e, n) in sorted(sums.items(), key=lambda item: -item[1][0]):
