@@ -36,7 +36,8 @@ def measure_references(backend, k: int, seed: int, protocol: Protocol = Protocol
     :func:`annette_torch.fleet.measure_networks_on_fleet`)."""
     pool = reference_pool() if pool is None else list(pool)
     if not 0 <= k <= len(pool):
-        raise ValueError(f"the reference networks to measure (adapt --samples, calibrate --references) must be "
+        raise ValueError(f"the reference networks to measure (adapt --samples, calibrate --references, check "
+                         f"--samples) must be "
                          f"between 0 and {len(pool)} (the reference pool), got {k}")
     if not k:
         return []
@@ -71,7 +72,10 @@ class CheckResult:
 
 def check_profile(profile: Profile, backend, k: int, seed: int, protocol: Protocol = Protocol()) -> CheckResult:
     """Measure ``k`` reference networks (drawn as ``adapt`` draws them) on ``backend`` and
-    compare them with ``profile``'s estimates; ``ValueError`` when none could be measured."""
+    compare them with ``profile``'s estimates; ``ValueError`` for ``k`` < 1 or beyond the
+    pool, or when none could be measured."""
+    if k < 1:
+        raise ValueError(f"check needs at least 1 reference network (--samples), got {k}")
     samples = measure_references(backend, k, seed, protocol)
     if not samples:
         raise ValueError(f"no reference network could be measured on {backend.name}")
