@@ -362,6 +362,40 @@ def test_repeated_parameter_free_layers_are_computed_once_by_graph_compilers():
     assert eager(graph) - compiled(graph) == pytest.approx(pool_s * 1e3)
 
 
+
+def test_a_nas_cell_nodes_relu_applied_by_every_edge_runs_once_fused_into_the_conv_computing_the_node():
+    """NAS-Bench-201 applies ReLU on each edge out of a node, also through a skip_connect
+    copy of it: a graph compiler computes that ReLU once (the copy reads as the node) and,
+    the ReLU being the node's only consumer then, fuses it into the conv that computed the
+    node, as OpenVINO and ONNX Runtime run such cells. Eager PyTorch runs every ReLU."""
+    import torch
+    from torch import nn
+
+    from annette_torch.mapping.kernels import map_kernels
+    from annette_torch.mapping.rules import FusionRule
+
+    class Node(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = nn.Conv2d(8, 8, 1)
+            self.skip = nn.Identity()
+            self.edge_a, self.edge_b, self.edge_c = nn.Conv2d(8, 8, 1), nn.Conv2d(8, 8, 1), nn.Conv2d(8, 8, 1)
+
+        def forward(self, x):
+            node = self.conv(x)
+            copy = self.skip(node)
+            return self.edge_a(torch.relu(node)) + self.edge_b(torch.relu(node)) + self.edge_c(torch.relu(copy))
+
+    graph = trace(Node(), input_shape=(1, 8, 16, 16))
+    relus = [layer.name for layer in graph if layer.kind == "relu"]
+    assert len(relus) == 3 and graph.repeats == {relus[1]: relus[0], relus[2]: relus[0]}
+    rules = (FusionRule("conv", "relu", "conv"),)
+    compiled = map_kernels(graph, rules, optimize_graph=True)
+    assert ("conv", relus[0]) in compiled.layers              # the one ReLU runs in the node's conv
+    assert all(compiled.free[compiled.layers.index((name,))] for name in relus[1:])
+    eager = map_kernels(graph, rules)                         # eager torch: three ReLU kernels, none fused
+    assert [names for names in eager.layers if any(n in relus for n in names)] == [(name,) for name in relus]
+
 RECORDED = Path(__file__).parent / "fixtures" / "fit_torch_cpu_quick_held_out.json"
 
 

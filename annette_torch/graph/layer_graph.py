@@ -10,6 +10,9 @@ import numpy as np
 from ..kinds import FEATURES, KINDS, LayerCounts
 from ..kinds.elementwise import is_identity_arithmetic
 
+#: kinds that pass their one input on unchanged wherever they run
+PASS_THROUGH = frozenset({"identity", "dropout"})
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -108,29 +111,43 @@ class LayerGraph:
         computed from constants only (constant-kind layers such as ``zeros_like``, layers
         that read only parameters and buffers, such as LeViT's gather of its attention
         biases, which OpenVINO folds at compile time, and every layer all of whose parents
-        are such layers: a conv applied to a NAS cell's zero node), and repeats of a
-        parameter-free layer, the same op with the same attributes on the same inputs (two
-        3x3 average pools of one tensor are computed once). A layer reading a parent with
-        several outputs (a split, a chunk) is never a repeat: the graph does not say which
-        of them it reads."""
+        are such layers: a conv applied to a NAS cell's zero node), and the :attr:`repeats`."""
         if "folded" not in self._cache:
             constant: set[str] = set()
-            same_as: dict[str, str] = {}        # a repeated layer -> the first one computing it
-            first: dict[tuple, str] = {}
             for layer in self.layers:
                 if layer.kind == "constant" or (not layer.reads_input and all(p in constant for p in layer.parents)):
                     constant.add(layer.name)
-                elif (layer.counts.weight_elems == 0 and layer.parents and not layer.free
+            self._cache["folded"] = frozenset(constant | self.repeats.keys() | self.dead | self.identity_arithmetic)
+        return self._cache["folded"]
+
+    @property
+    def repeats(self) -> dict[str, str]:
+        """Each repeat of a parameter-free layer -> the first layer computing the same: the
+        same op with the same attributes on the same inputs, where an input passed on
+        unchanged (by a :data:`PASS_THROUGH` layer or :attr:`identity_arithmetic`) counts as
+        the tensor it passes on and a repeat as the layer it repeats. Two 3x3 average pools
+        of one tensor are computed once; so are the ReLUs of a NAS cell's node and of its
+        ``skip_connect`` copy. A layer reading a parent with several outputs (a split, a
+        chunk) is never a repeat: the graph does not say which of them it reads."""
+        if "repeats" not in self._cache:
+            arithmetic = self.identity_arithmetic
+            same: dict[str, str] = {}           # a pass-through layer or a repeat -> the tensor it stands for
+            repeats: dict[str, str] = {}
+            first: dict[tuple, str] = {}
+            for layer in self.layers:
+                if len(layer.parents) == 1 and (layer.kind in PASS_THROUGH or layer.name in arithmetic):
+                    same[layer.name] = same.get(layer.parents[0], layer.parents[0])
+                elif (layer.kind != "constant" and layer.counts.weight_elems == 0 and layer.parents and not layer.free
                       and all(len(self[p].output_shapes) <= 1 for p in layer.parents)):
-                    inputs = tuple(same_as.get(p, p) for p in layer.parents)
+                    inputs = tuple(same.get(p, p) for p in layer.parents)
                     key = (layer.kind, layer.op, inputs, layer.input_shapes, layer.output_shapes,
                            repr(sorted(layer.attrs.items())))
                     if key in first:
-                        same_as[layer.name] = first[key]
+                        repeats[layer.name] = same[layer.name] = first[key]
                     else:
                         first[key] = layer.name
-            self._cache["folded"] = frozenset(constant | same_as.keys() | self.dead | self.identity_arithmetic)
-        return self._cache["folded"]
+            self._cache["repeats"] = repeats
+        return self._cache["repeats"]
 
     @property
     def identity_slices(self) -> frozenset[str]:

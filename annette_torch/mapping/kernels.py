@@ -22,6 +22,9 @@ or an inference-mode dropout, :data:`PASS_THROUGH`) are also looked through: the
 consumers fuse as if they read the layer before them (``sum(terms)``'s ``0 + terms[0]``
 keeps the residual add fusing into its conv; timm's ``BatchNormAct2d`` puts an identity
 ``drop`` between the batch norm and its activation, which the runtimes fuse into the conv).
+A removed repeat (:attr:`~annette_torch.graph.LayerGraph.repeats`) reads as the layer it
+repeats, so a NAS cell node whose edges each apply the same ReLU has one consumer, and
+the ReLU fuses into the kernel that computed the node where a rule allows.
 
 A target that compiles connected elementwise layers into one kernel whatever their
 consumers (OpenVINO's Snippets "Subgraph"; ``merge_elementwise``) gets a second pass:
@@ -37,7 +40,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ..graph.layer_graph import LayerGraph
+from ..graph.layer_graph import PASS_THROUGH, LayerGraph
 from ..kinds import FEATURES
 from .counting import Counting
 from .rules import FusionRule
@@ -201,21 +204,22 @@ def _groups(kinds: list[str]) -> dict[str, np.ndarray]:
     return {kind: np.array(idx, dtype=np.intp) for kind, idx in groups.items()}
 
 
-#: kinds that pass their one input on unchanged wherever they run
-PASS_THROUGH = frozenset({"identity", "dropout"})
-
-
 def _see_through(graph: LayerGraph, removed: frozenset[str]) -> tuple[dict[str, str], dict[str, list[str]]]:
     """(source, children) of ``graph`` with the layers that pass their one input on
     unchanged taken out (removed ones, :attr:`LayerGraph.identity_slices` and
-    :attr:`LayerGraph.identity_arithmetic`, and :data:`PASS_THROUGH` kinds):
-    ``source[name]`` is the layer whose output such a layer passes on, and a layer's
-    children are those that read its output directly or through such layers."""
+    :attr:`LayerGraph.identity_arithmetic`, and :data:`PASS_THROUGH` kinds) and the removed
+    :attr:`LayerGraph.repeats` read as the layer they repeat: ``source[name]`` is the layer
+    whose output such a layer stands for, and a layer's children are those that read its
+    output directly or through such layers (a NAS cell node's ReLU, computed once, is its
+    only child however many edges apply it)."""
     passing = (removed & (graph.identity_slices | graph.identity_arithmetic)) | \
         {layer.name for layer in graph.layers if layer.kind in PASS_THROUGH and len(layer.parents) == 1}
+    repeats = {name: first for name, first in graph.repeats.items() if name in removed}
     source: dict[str, str] = {}
     for layer in graph.layers:
-        if layer.name in passing and layer.parents:
+        if layer.name in repeats:
+            source[layer.name] = source.get(repeats[layer.name], repeats[layer.name])
+        elif layer.name in passing and layer.parents:
             source[layer.name] = source.get(layer.parents[0], layer.parents[0])
     if not source:
         return source, graph.children
