@@ -674,7 +674,8 @@ def build_parser() -> argparse.ArgumentParser:
     adapt.add_argument("--backend", choices=available_backends(), help="the device's runtime, measured here")
     adapt.add_argument("--threads", type=_positive_int, default=1, help="threads the runtime may use (default 1)")
     adapt.add_argument("--precision", help="arithmetic precision (default: the backend's own)")
-    adapt.add_argument("--samples", type=int, help="reference networks to measure (0 to 32; 10 is a good start)")
+    adapt.add_argument("--samples", type=int, help="reference networks to measure (0 up to the reference pool's size, which an error names; "
+                       "10 is a good start)")
     adapt.add_argument("--seed", type=int, default=0, help="picks the reference networks (default 0)")
     adapt.add_argument("--mapping", choices=("backend", "choose", "source", "unfused", "eager"), default="backend",
                        help="how the device maps layers to kernels: as the backend declares (default; "
