@@ -128,3 +128,23 @@ def test_parameter_count_matches_the_benchmarks_published_extremes():
     # NAS-Bench-201 lists 0.073306 MB (all none) and 1.531546 MB (all nor_conv_3x3) on CIFAR-10
     assert sum(p.numel() for p in NB201Network(("none",) * 6).parameters()) == 73306
     assert sum(p.numel() for p in NB201Network(("nor_conv_3x3",) * 6).parameters()) == 1531546
+
+
+def test_cell_parts_benchmark_splits_the_whole_estimate_into_cell_kinds_and_the_fixed_rest():
+    """``benchmarks/cell_parts.py`` fits factors to parts of an estimate: the parts must add
+    up to the estimate, convs split by kernel size, the reduction blocks in ``fixed``."""
+    import importlib.util
+    from pathlib import Path
+
+    from annette_torch import Estimator
+
+    spec = importlib.util.spec_from_file_location("cell_parts", Path(__file__).parents[1] / "benchmarks" / "cell_parts.py")
+    cell_parts = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cell_parts)
+    arch = "|nor_conv_3x3~0|+|none~0|nor_conv_1x1~1|+|skip_connect~0|avg_pool_3x3~1|none~2|"
+    est = Estimator("openvino-cpu")
+    parts = cell_parts.parts_ms(est, arch)
+    assert sum(parts.values()) == pytest.approx(est(NB201Network(arch).eval(), input_shape=(1, 3, 32, 32)))
+    assert parts["conv 3x3"] > 0 and parts["conv 1x1"] > 0 and parts["fixed"] > 0
+    only_3x3 = cell_parts.parts_ms(est, "|nor_conv_3x3~0|+|none~0|none~1|+|none~0|none~1|nor_conv_3x3~2|")
+    assert "conv 1x1" not in only_3x3        # the reduction blocks' 1x1 shortcut convs count as fixed
