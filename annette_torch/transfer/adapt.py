@@ -36,9 +36,8 @@ def measure_references(backend, k: int, seed: int, protocol: Protocol = Protocol
     :func:`annette_torch.fleet.measure_networks_on_fleet`)."""
     pool = reference_pool() if pool is None else list(pool)
     if not 0 <= k <= len(pool):
-        raise ValueError(f"the reference networks to measure (adapt --samples, calibrate --references, check "
-                         f"--samples) must be "
-                         f"between 0 and {len(pool)} (the reference pool), got {k}")
+        raise ValueError(f"the reference networks to measure (adapt --samples, calibrate --references, "
+                         f"check --samples) must be between 0 and {len(pool)} (the reference pool), got {k}")
     if not k:
         return []
     with torch_threads(1):       # tracing; the backend pins its own threads
