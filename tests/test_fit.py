@@ -396,6 +396,44 @@ def test_a_nas_cell_nodes_relu_applied_by_every_edge_runs_once_fused_into_the_co
     eager = map_kernels(graph, rules)                         # eager torch: three ReLU kernels, none fused
     assert [names for names in eager.layers if any(n in relus for n in names)] == [(name,) for name in relus]
 
+
+def test_fusion_is_learned_on_the_consumers_the_mapping_sees_through_identities_and_repeats():
+    """The fusion learner counts a layer's consumers as the mapping does: timm's identity
+    ``drop`` between a conv and its ReLU does not hide the edge, and a NAS cell node whose
+    edges repeat one ReLU has that ReLU as its only consumer, so the target's fusing it
+    into the conv is an example (before, neither edge was seen and no rule was learned)."""
+    import torch
+    from torch import nn
+
+    from annette_torch.fit.mapping import fusion_examples
+
+    class Blocks(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv1, self.drop, self.conv2 = nn.Conv2d(8, 8, 3, padding=1), nn.Identity(), nn.Conv2d(8, 8, 1)
+            self.edge_a, self.edge_b = nn.Conv2d(8, 8, 1), nn.Conv2d(8, 8, 1)
+
+        def forward(self, x):
+            node = self.conv2(torch.relu(self.drop(self.conv1(x))))
+            return self.edge_a(torch.relu(node)) + self.edge_b(torch.relu(node))
+
+    graph = trace(Blocks(), input_shape=(1, 8, 16, 16))
+    relus = [layer.name for layer in graph if layer.kind == "relu"]
+    assert len(relus) == 3 and graph.repeats == {relus[2]: relus[1]}
+    fused = {relus[0]: "conv1", relus[1]: "conv2"}
+    layers = [{"benchmark": "b", "layer": layer.name, "kind": layer.kind,
+               "status": "fused" if layer.name in fused else "executed", "fused_into": fused.get(layer.name, ""),
+               "time_ms": 0.0 if layer.name in fused else 0.1, "spread": 0.01}
+              for layer in graph if not layer.free and layer.name != relus[2]]
+    data = StoreData({"backend": "synthetic"}, pd.DataFrame([{"benchmark": "b", "status": "ok"}]).set_index(
+        "benchmark", drop=False), pd.DataFrame(layers), {"b": graph})
+    examples = fusion_examples(data)
+    relu_edges = examples[examples["secondary_kind"] == "relu"]
+    assert sorted(zip(relu_edges["primary"], relu_edges["secondary"], relu_edges["fused"])) == \
+        [("conv1", relus[0], True), ("conv2", relus[1], True)]
+    rules, _ = learn_rules(data)
+    assert any((rule.primary, rule.secondary) == ("conv", "relu") for rule in rules)
+
 RECORDED = Path(__file__).parent / "fixtures" / "fit_torch_cpu_quick_held_out.json"
 
 

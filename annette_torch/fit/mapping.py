@@ -1,8 +1,10 @@
 """Learning the mapping model (fusion rules) from multi-layer benchmarks.
 
 Every edge A -> B of a benchmark graph on which the estimator's mapping could fuse B
-(B is A's only consumer; for a multi-input B, the parent computed last, as
-:func:`annette_torch.mapping.map_kernels` does) is one example. Its primary P is the
+(B is A's only consumer, counted as the mapping counts them: through layers that pass a
+tensor on unchanged and with removed repeats read as the layer they repeat,
+:meth:`~annette_torch.graph.LayerGraph.see_through`; for a multi-input B, the parent
+computed last, as :func:`annette_torch.mapping.map_kernels` does) is one example. Its primary P is the
 executed layer whose kernel ran A (A itself, or the layer A was fused into: a BatchNorm
 folded into its conv at export counts as fused, so conv -> bn -> relu is two examples
 with P = conv). The label is whether the target ran B in P's kernel too; a residual add
@@ -53,13 +55,13 @@ def fusion_examples(data: StoreData, benchmarks=None) -> pd.DataFrame:
     for benchmark, graph in data.graphs.items():
         if benchmarks is not None and benchmark not in benchmarks:
             continue
-        children = graph.children
         folded = graph.folded        # constant or repeated layers: a compiler removes them, nothing fuses
+        source, children = graph.see_through(folded)     # consumers as the mapping counts them
         for layer in graph.layers:
-            if layer.free or layer.name in folded:
+            if layer.free or layer.name in folded or layer.name in source:
                 continue
-            parents = [p for p in layer.parents if children[p] == [layer.name] and not graph[p].free
-                       and p not in folded]
+            parents = [p for p in dict.fromkeys(source.get(q, q) for q in layer.parents)
+                       if children[p] == [layer.name] and not graph[p].free and p not in folded]
             if not parents:
                 continue
             parent = max(parents, key=graph.index.__getitem__)

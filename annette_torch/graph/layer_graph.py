@@ -120,22 +120,30 @@ class LayerGraph:
             self._cache["folded"] = frozenset(constant | self.repeats.keys() | self.dead | self.identity_arithmetic)
         return self._cache["folded"]
 
+    def passing(self, removed: frozenset[str] = frozenset()) -> frozenset[str]:
+        """Names of the layers that pass the output of their one parent on unchanged: on
+        every target the :data:`PASS_THROUGH` kinds, and of ``removed`` (what the target
+        removes) the :attr:`identity_slices` and :attr:`identity_arithmetic` layers."""
+        unchanged = removed & (self.identity_slices | self.identity_arithmetic)
+        return frozenset(layer.name for layer in self.layers if len(layer.parents) == 1
+                         and (layer.kind in PASS_THROUGH or layer.name in unchanged))
+
     @property
     def repeats(self) -> dict[str, str]:
         """Each repeat of a parameter-free layer -> the first layer computing the same: the
         same op with the same attributes on the same inputs, where an input passed on
-        unchanged (by a :data:`PASS_THROUGH` layer or :attr:`identity_arithmetic`) counts as
-        the tensor it passes on and a repeat as the layer it repeats. Two 3x3 average pools
-        of one tensor are computed once; so are the ReLUs of a NAS cell's node and of its
-        ``skip_connect`` copy. A layer reading a parent with several outputs (a split, a
-        chunk) is never a repeat: the graph does not say which of them it reads."""
+        unchanged (:meth:`passing`, with the :attr:`identity_arithmetic` layers removed)
+        counts as the tensor it passes on and a repeat as the layer it repeats. Two 3x3
+        average pools of one tensor are computed once; so are the ReLUs of a NAS cell's node
+        and of its ``skip_connect`` copy. A layer reading a parent with several outputs (a
+        split, a chunk) is never a repeat: the graph does not say which of them it reads."""
         if "repeats" not in self._cache:
-            arithmetic = self.identity_arithmetic
-            same: dict[str, str] = {}           # a pass-through layer or a repeat -> the tensor it stands for
+            passing = self.passing(self.identity_arithmetic)
+            same: dict[str, str] = {}           # a passing layer or a repeat -> the tensor it stands for
             repeats: dict[str, str] = {}
             first: dict[tuple, str] = {}
             for layer in self.layers:
-                if len(layer.parents) == 1 and (layer.kind in PASS_THROUGH or layer.name in arithmetic):
+                if layer.name in passing:
                     same[layer.name] = same.get(layer.parents[0], layer.parents[0])
                 elif (layer.kind != "constant" and layer.counts.weight_elems == 0 and layer.parents and not layer.free
                       and all(len(self[p].output_shapes) <= 1 for p in layer.parents)):
@@ -148,6 +156,30 @@ class LayerGraph:
                         first[key] = layer.name
             self._cache["repeats"] = repeats
         return self._cache["repeats"]
+
+    def see_through(self, removed: frozenset[str]) -> tuple[dict[str, str], dict[str, list[str]]]:
+        """(source, children) of the graph with the :meth:`passing` layers taken out and the
+        removed :attr:`repeats` read as the layer they repeat, ``removed`` being what the
+        target removes: ``source[name]`` is the layer whose output such a layer stands for,
+        and a layer's children are those that read its output directly or through such
+        layers (a NAS cell node's ReLU, computed once, is its only child however many edges
+        apply it). Without such layers: ``({}, children)``."""
+        passing = self.passing(removed)
+        repeats = {name: first for name, first in self.repeats.items() if name in removed}
+        source: dict[str, str] = {}
+        for layer in self.layers:
+            if layer.name in repeats:
+                source[layer.name] = source.get(repeats[layer.name], repeats[layer.name])
+            elif layer.name in passing:
+                source[layer.name] = source.get(layer.parents[0], layer.parents[0])
+        if not source:
+            return source, self.children
+        children: dict[str, list[str]] = {layer.name: [] for layer in self.layers}
+        for layer in self.layers:
+            if layer.name not in source:
+                for parent in layer.parents:
+                    children[source.get(parent, parent)].append(layer.name)
+        return source, children
 
     @property
     def identity_slices(self) -> frozenset[str]:

@@ -18,7 +18,7 @@ outside, its output is that of its last layer.
 
 Layers the target removes are free kernels and fuse with nothing; those that pass their
 input on unchanged (a slice of a whole tensor, ``x + 0``, and on every target an identity
-or an inference-mode dropout, :data:`PASS_THROUGH`) are also looked through: their
+or an inference-mode dropout: :meth:`~annette_torch.graph.LayerGraph.see_through`) are also looked through: their
 consumers fuse as if they read the layer before them (``sum(terms)``'s ``0 + terms[0]``
 keeps the residual add fusing into its conv; timm's ``BatchNormAct2d`` puts an identity
 ``drop`` between the batch norm and its activation, which the runtimes fuse into the conv).
@@ -40,7 +40,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ..graph.layer_graph import PASS_THROUGH, LayerGraph
+from ..graph.layer_graph import LayerGraph
 from ..kinds import FEATURES
 from .counting import Counting
 from .rules import FusionRule
@@ -204,40 +204,13 @@ def _groups(kinds: list[str]) -> dict[str, np.ndarray]:
     return {kind: np.array(idx, dtype=np.intp) for kind, idx in groups.items()}
 
 
-def _see_through(graph: LayerGraph, removed: frozenset[str]) -> tuple[dict[str, str], dict[str, list[str]]]:
-    """(source, children) of ``graph`` with the layers that pass their one input on
-    unchanged taken out (removed ones, :attr:`LayerGraph.identity_slices` and
-    :attr:`LayerGraph.identity_arithmetic`, and :data:`PASS_THROUGH` kinds) and the removed
-    :attr:`LayerGraph.repeats` read as the layer they repeat: ``source[name]`` is the layer
-    whose output such a layer stands for, and a layer's children are those that read its
-    output directly or through such layers (a NAS cell node's ReLU, computed once, is its
-    only child however many edges apply it)."""
-    passing = (removed & (graph.identity_slices | graph.identity_arithmetic)) | \
-        {layer.name for layer in graph.layers if layer.kind in PASS_THROUGH and len(layer.parents) == 1}
-    repeats = {name: first for name, first in graph.repeats.items() if name in removed}
-    source: dict[str, str] = {}
-    for layer in graph.layers:
-        if layer.name in repeats:
-            source[layer.name] = source.get(repeats[layer.name], repeats[layer.name])
-        elif layer.name in passing and layer.parents:
-            source[layer.name] = source.get(layer.parents[0], layer.parents[0])
-    if not source:
-        return source, graph.children
-    children: dict[str, list[str]] = {layer.name: [] for layer in graph.layers}
-    for layer in graph.layers:
-        if layer.name not in source:
-            for parent in layer.parents:
-                children[source.get(parent, parent)].append(layer.name)
-    return source, children
-
-
 def _map(graph: LayerGraph, rules: tuple[FusionRule, ...], folded: frozenset[str], feats: np.ndarray,
          merge_elementwise: bool = False) -> KernelTable:
     by_pair: dict[tuple[str, str], list[FusionRule]] = {}
     for rule in rules:
         by_pair.setdefault((rule.primary, rule.secondary), []).append(rule)
     secondaries = {rule.secondary for rule in rules}
-    source, children = _see_through(graph, folded)
+    source, children = graph.see_through(folded)
     returned = frozenset(source.get(name, name) for name in graph.outputs or ())
 
     kernel_of: dict[str, int] = {}
