@@ -260,6 +260,7 @@ class Backend:
     output_reorders: ClassVar[str] = ""                   # regex of its kernels converting a returned map to NCHW
     fuses_layers: ClassVar[bool] = True                   # its compiler fuses layers (conv+bn+relu, ...)
     trains: ClassVar[bool] = False                        # it times training passes, not inferences
+    counting: ClassVar[dict[str, Any]] = {}               # where it counts layers otherwise (a profile's "counting")
 
     def __init__(self, threads: int = 1, precision: str | None = None) -> None:
         precision = self.precisions[0] if precision is None else precision

@@ -106,6 +106,17 @@ class TorchCpu(Backend):
     name = "torch-cpu"
     optimizes_graph = False     # eager mode runs every op of every call
     fuses_layers = False        # ... each as its own kernel (batch norms and activations too)
+    #: oneDNN (torch 2.14, avx512_core) runs a dilated conv whose padding its direct kernel's
+    #: register block cannot cover as im2col + GEMM, computing every tap of the padding too:
+    #: depthwise convs above a padding of 6, convs above 6 on maps wider than 20 and above 18
+    #: on any (read from ONEDNN_VERBOSE over a grid of sizes; ``benchmarks/dilated_convs.py``
+    #: prints the implementation per conv, docs/accuracy.md where the rule is approximate)
+    counting = {"all_taps": [
+        {"kind": "depthwise_conv", "condition": [{"layer": "primary", "attr": "padding", "op": ">", "value": 6}]},
+        {"kind": "conv", "condition": [{"layer": "primary", "attr": "padding", "op": ">", "value": 6},
+                                       {"layer": "primary", "attr": "w", "op": ">", "value": 20}]},
+        {"kind": "conv", "condition": [{"layer": "primary", "attr": "padding", "op": ">", "value": 18}]},
+    ]}
     device = "cpu"
     layer_event = HostEvent     # makes the events LayerTimer times a layer's call between
 
@@ -185,6 +196,7 @@ class TorchCuda(TorchCpu):
 
     name = "torch-cuda"
     device = "cuda"
+    counting = {}       # cuDNN's choice for dilated convs is not oneDNN's; not checked
     layer_event = functools.partial(torch.cuda.Event, enable_timing=True)
 
     def __init__(self, threads: int = 1, precision: str | None = None) -> None:

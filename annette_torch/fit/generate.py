@@ -61,7 +61,7 @@ from ..estimator import Estimator
 from ..kinds import FEATURES, PRODUCT_KINDS
 from ..layer_models import LayerModel, RefinedRoofline
 from ..layer_models.fused_layers import FusedLayers
-from ..mapping import FusionRule
+from ..mapping import Counting, FusionRule
 from ..profiles import Profile
 from ..profiles.profile import Range
 from ..training.optimizers import fit_optimizer_steps
@@ -124,6 +124,7 @@ def _selected(data: StoreData, train: set[str], min_time_ms: float, max_spread: 
     gap = fit_gap(*(data.networks[c].to_numpy()[fitted] for c in ("time_ms", "layers_sum_ms", "kernels")),
                   decade_sums[fitted])
     table = kernel_table(data, rules, _backend_flag(data, "optimizes_graph"), _backend_flag(data, "trains"),
+                         backend_counting(data),
                          merge_elementwise=_backend_flag(data, "merges_elementwise"),
                          output_reorders=output_reorder_pattern(data))
     keep = (table["measured"] & table["agrees"] & (table["time_ms"] >= min_time_ms)
@@ -183,6 +184,15 @@ def _backend_flag(data: StoreData, flag: str) -> bool:
     return bool(getattr(BACKENDS.get(data.fingerprint.get("backend")), flag, False))
 
 
+def backend_counting(data: StoreData) -> Counting | None:
+    """How the store's backend counts layers otherwise than annette_torch
+    (:attr:`~annette_torch.backends.Backend.counting`), ``None`` where it does not."""
+    from ..backends import BACKENDS
+
+    counting = getattr(BACKENDS.get(data.fingerprint.get("backend")), "counting", None)
+    return Counting.from_dict(counting) if counting else None
+
+
 def _training(store_folder: str | os.PathLike) -> dict | None:
     """The optimizer-step terms of a training store (one with ``optimizer_steps.csv``,
     written by the training backend), else ``None``: an inference profile."""
@@ -221,6 +231,7 @@ def _profile(name: str, data: StoreData, fitted: _Pass, fit_metrics: dict, notes
         fused_cost_s_per_elem=fitted.fused_costs[0], optimizes_graph=_backend_flag(data, "optimizes_graph"),
         removes_identity_slices=_backend_flag(data, "removes_identity_slices"),
         merges_elementwise=_backend_flag(data, "merges_elementwise"), reorders_outputs=bool(output_reorder_pattern(data)),
+        counting=backend_counting(data),
         training=training, description=(f"fitted on {len(data.networks)} benchmarks of {fp.get('backend')} {fp.get('runtime_version')}, "
                      f"{fp.get('threads')} thread(s), {fp.get('precision')}"),
         fit_metrics=fit_metrics, notes=notes, ranges=ranges)

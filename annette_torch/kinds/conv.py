@@ -4,10 +4,12 @@ ops = 2 * N * prod(output spatial) * out_channels * (in_channels / groups) * pro
 for a convolution, and the same with input spatial for a transposed convolution (each
 input pixel scatters a kernel-sized patch), matching ``torch.utils.flop_counter``.
 Bias additions are not counted, as in the flop counter. A dilated, padded convolution
-counts only the taps that fall inside its input: the runtimes skip those in the padding,
-which for DeepLab's atrous pyramid (dilation 12-36 on a 20x20 map) are most of them
-(OpenVINO ran the dilation-24 conv in 2.0 ms, the dilation-1 count predicts 14.9 ms);
-the flop counter counts them all.
+counts only the taps that fall inside its input: OpenVINO and oneDNN's direct kernels skip
+those in the padding, which for DeepLab's atrous pyramid (dilation 12-36 on a 20x20 map)
+are most of them (OpenVINO ran the dilation-24 conv in 2.0 ms, the dilation-1 count
+predicts 14.9 ms); the flop counter counts them all. A target that computes them (eager
+PyTorch, where oneDNN falls back to im2col + GEMM for large paddings) says so in its
+profile's counting (:class:`~annette_torch.mapping.Counting`, ``all_taps``).
 """
 from __future__ import annotations
 
@@ -65,6 +67,20 @@ def _taps_inside(in_spatial, out_spatial, attrs) -> int:
     return total
 
 
+def skips_padding(attrs) -> bool:
+    """Whether the op count leaves out taps in the padding: a dilated, padded conv."""
+    padding = attrs["padding"]
+    return not isinstance(padding, str) and any(d > 1 for d in attrs["dilation"]) and any(padding)
+
+
+def all_taps_ops(attrs, out_shape) -> float:
+    """A conv's ops counting every kernel tap at every output position, those in the
+    padding too (what a runtime computing the conv as im2col + GEMM does)."""
+    batch, spatial = _split(out_shape, attrs)
+    taps = math.prod(spatial) * math.prod(attrs["kernel_size"])
+    return 2.0 * batch * attrs["out_channels"] * (attrs["in_channels"] // attrs["groups"]) * taps
+
+
 def _conv_dims(attrs, spatial) -> dict:
     ks = attrs["kernel_size"]
     kh = int(math.prod(ks[:-1])) if len(ks) > 1 else 1
@@ -93,12 +109,11 @@ class Conv(LayerKind):
         return "depthwise_conv" if g > 1 and g == attrs["in_channels"] else "conv"
 
     def count_ops(self, attrs, in_shapes, out_shapes):
-        batch, spatial = _split(out_shapes[0], attrs)
-        taps = math.prod(spatial) * math.prod(attrs["kernel_size"])
-        padding, dilation = attrs["padding"], attrs["dilation"]
-        if in_shapes and not isinstance(padding, str) and any(d > 1 for d in dilation) and any(padding):
+        if in_shapes and skips_padding(attrs):
+            batch, spatial = _split(out_shapes[0], attrs)
             taps = _taps_inside(_split(in_shapes[0], attrs)[1], spatial, attrs)
-        return 2.0 * batch * attrs["out_channels"] * (attrs["in_channels"] // attrs["groups"]) * taps
+            return 2.0 * batch * attrs["out_channels"] * (attrs["in_channels"] // attrs["groups"]) * taps
+        return all_taps_ops(attrs, out_shapes[0])
 
     def dims(self, attrs, in_shapes, out_shapes):
         batch, spatial = _split(out_shapes[0], attrs)

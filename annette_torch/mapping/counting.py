@@ -7,11 +7,16 @@ times only when the layers are counted the same way. A profile states where its 
 differ, as data (``"counting"`` in the profile JSON)::
 
     {"ops_scale": {"max_pool": 2.0, ...},   # a kind's ops times this factor
-     "first_input_only": ["concat"]}        # a kind reads only its first input
+     "first_input_only": ["concat"],        # a kind reads only its first input
+     "all_taps": [{"kind": "conv", "condition": [{"layer": "primary", "attr": "padding",
+                   "op": ">", "value": 18}]}]}   # these dilated convs compute their padding
 
-The published ANNETTE board profiles use both (see
-``calibration/published/build_board_profiles.py`` for why); fitted profiles count as
-annette_torch does and have no ``counting``.
+The published ANNETTE board profiles use the first two (see
+``calibration/published/build_board_profiles.py`` for why). ``all_taps`` comes from the
+backend a profile is fitted for (:attr:`annette_torch.backends.Backend.counting`): eager
+PyTorch's oneDNN runs a dilated conv with a large padding as im2col + GEMM, computing the
+taps in the padding that annette_torch's count leaves out (``benchmarks/dilated_convs.py``
+shows the implementation it picks per conv). Other fitted profiles have no ``counting``.
 """
 from __future__ import annotations
 
@@ -23,6 +28,8 @@ import numpy as np
 
 from ..graph.layer_graph import LayerGraph
 from ..kinds import FEATURES
+from ..kinds.conv import all_taps_ops, skips_padding
+from .rules import Clause
 
 _OPS, _IN = FEATURES.index("ops"), FEATURES.index("input_elems")
 
@@ -33,6 +40,13 @@ class Counting:
 
     ops_scale: tuple[tuple[str, float], ...] = ()
     first_input_only: tuple[str, ...] = ()
+    all_taps: tuple[tuple[str, tuple[Clause, ...]], ...] = ()    # (conv kind, condition on the layer)
+
+    def computes_all_taps(self, layer) -> bool:
+        """Whether ``layer``, a dilated padded conv, computes the taps in its padding here."""
+        rules = [condition for kind, condition in self.all_taps if kind == layer.kind]
+        return bool(rules) and skips_padding(layer.attrs) and any(
+            all(clause.holds(layer, layer) for clause in condition) for condition in rules)
 
     def features(self, graph: LayerGraph) -> np.ndarray:
         """``graph.features`` counted this way (cached on the graph)."""
@@ -40,6 +54,10 @@ class Counting:
         if key not in graph._cache:
             feats = graph.features.copy()
             kinds = np.array([layer.kind for layer in graph.layers], dtype=object)
+            if self.all_taps:
+                for i, layer in enumerate(graph.layers):
+                    if layer.output_shapes and self.computes_all_taps(layer):
+                        feats[i, _OPS] = all_taps_ops(layer.attrs, layer.output_shapes[0])
             for kind, scale in self.ops_scale:
                 feats[kinds == kind, _OPS] *= scale
             for i in np.flatnonzero(np.isin(kinds, self.first_input_only)):
@@ -50,13 +68,17 @@ class Counting:
         return graph._cache[key]
 
     def to_dict(self) -> dict:
-        return {"ops_scale": dict(self.ops_scale), "first_input_only": list(self.first_input_only)}
+        data = {"ops_scale": dict(self.ops_scale), "first_input_only": list(self.first_input_only)}
+        if self.all_taps:
+            data["all_taps"] = [{"kind": kind, "condition": [c.to_dict() for c in condition]}
+                                for kind, condition in self.all_taps]
+        return data
 
     @classmethod
     def from_dict(cls, data: Any) -> Counting:
         """Validate and build; a ``ValueError`` names the offending key."""
-        if not isinstance(data, dict) or set(data) - {"ops_scale", "first_input_only"}:
-            raise ValueError("counting: expected an object with 'ops_scale' and/or 'first_input_only'")
+        if not isinstance(data, dict) or set(data) - {"ops_scale", "first_input_only", "all_taps"}:
+            raise ValueError("counting: expected an object with 'ops_scale', 'first_input_only' and/or 'all_taps'")
         scales = data.get("ops_scale") or {}
         if not isinstance(scales, dict) or not all(
                 isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
@@ -65,4 +87,14 @@ class Counting:
         first = data.get("first_input_only") or []
         if not isinstance(first, list) or not all(isinstance(k, str) for k in first):
             raise ValueError(f"counting.first_input_only: expected a list of layer kinds, got {first!r}")
-        return cls(tuple(sorted((str(k), float(v)) for k, v in scales.items())), tuple(sorted(first)))
+        entries = data.get("all_taps") or []
+        if not isinstance(entries, list) or not all(
+                isinstance(e, dict) and set(e) == {"kind", "condition"} and e["kind"] in ("conv", "depthwise_conv")
+                and isinstance(e["condition"], list) for e in entries):
+            raise ValueError("counting.all_taps: expected a list of {'kind': 'conv' or 'depthwise_conv', "
+                             f"'condition': [clauses]}}, got {entries!r}")
+        try:
+            all_taps = tuple((e["kind"], tuple(Clause(**c) for c in e["condition"])) for e in entries)
+        except TypeError as error:
+            raise ValueError(f"counting.all_taps: a clause needs layer, attr, op and value ({error})") from error
+        return cls(tuple(sorted((str(k), float(v)) for k, v in scales.items())), tuple(sorted(first)), all_taps)

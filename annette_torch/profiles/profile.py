@@ -37,7 +37,8 @@ when the profile has tree ensembles, their arrays in a numpy ``.npz`` file besid
       "mapping": [{"primary": "conv", "secondary": "relu", "result": "conv",
                    "condition": [{"layer": "secondary", "attr": "kernel_size",
                                   "op": "==", "value": 2}]}, ...],
-      "counting": {"ops_scale": {"max_pool": 2.0}, "first_input_only": ["concat"]},
+      "counting": {"ops_scale": {"max_pool": 2.0}, "first_input_only": ["concat"],
+                   "all_taps": [{"kind": "conv", "condition": [...]}]},
                                                 # optional: where the layer models count layers
                                                 # otherwise than annette_torch (mapping.counting)
       "layer_models": {                         # model type -> kernel kind -> parameters
