@@ -349,3 +349,24 @@ def test_check_measures_reference_networks_and_says_whether_the_profile_holds_he
     assert "is off on this machine now" in out and "annette-torch adapt --from torch-cpu --backend torch-cpu" in out
     assert cli_main(["check", "--profile", "ncs2-myriad"]) == 2
     assert "not a runtime of this machine's CPU" in capsys.readouterr().err
+
+
+def test_an_adapted_profile_counts_dilated_convs_as_its_target_runs_them():
+    """Which dilated convs compute their padding is the target backend's property:
+    openvino-cpu adapted for torch-cpu counts DeepLab's dilation-24 conv in full, torch-cpu
+    adapted for OpenVINO does not, and a board profile keeps its own conventions."""
+    from torch import nn
+
+    from annette_torch import Estimator
+    from annette_torch.backends import BACKENDS
+    from annette_torch.profiles import load_profile
+
+    def ratio(profile):       # dilation 24 / dilation 1, 960 -> 256 on 20x20
+        est = Estimator(profile)
+        ms = [est(nn.Conv2d(960, 256, 3, padding=d, dilation=d).eval(), input_shape=(1, 960, 20, 20)) for d in (24, 1)]
+        return ms[0] / ms[1]
+
+    assert ratio(load_profile("openvino-cpu").counted_as(BACKENDS["torch-cpu"].counting)) == pytest.approx(1.0)
+    assert ratio(load_profile("torch-cpu").counted_as(BACKENDS["openvino-cpu"].counting)) < 0.3
+    board = load_profile("ncs2-myriad")
+    assert board.counted_as(BACKENDS["openvino-cpu"].counting).counting == board.counting

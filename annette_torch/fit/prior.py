@@ -62,6 +62,7 @@ from ..kinds import FEATURES, PRODUCT_KINDS
 from ..layer_models.corrected import KindCorrection, PriorCorrection
 from ..layer_models.regressors import REGRESSION_INPUTS, LinearRegressor, regression_inputs
 from ..mapping import FusionRule, map_kernels
+from ..backends import BACKENDS
 from ..profiles import Profile, load_profile
 from ..profiles.fingerprint import ProfileMismatchWarning
 from ..profiles.profile import profile_digest
@@ -347,6 +348,7 @@ def fit_prior_corrected(store: str | os.PathLike | StoreData, prior: str | os.Pa
     data = store if isinstance(store, StoreData) else load_store(store, first=first, sample=sample, seed=seed,
                                                                  progress=progress)
     fp = data.fingerprint
+    prior = prior.counted_as(getattr(BACKENDS.get(fp.get("backend")), "counting", {}))
     store_name = Path(store).name if not isinstance(store, StoreData) else "<in memory>"
     name = safe_name(name or f"{prior.name}-corrected", "profile name")
     rules, rule_checks = checked_rules(data, prior)

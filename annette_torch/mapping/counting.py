@@ -21,7 +21,7 @@ shows the implementation it picks per conv). Other fitted profiles have no ``cou
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -66,6 +66,12 @@ class Counting:
                     feats[i, _IN] = float(math.prod(shapes[0]))
             graph._cache[key] = feats
         return graph._cache[key]
+
+    def with_all_taps_of(self, backend_counting: dict) -> Counting | None:
+        """This counting with ``all_taps`` replaced by those of a backend's ``counting``
+        (what that target computes); ``None`` when nothing is left to count otherwise."""
+        counting = replace(self, all_taps=Counting.from_dict({"all_taps": backend_counting.get("all_taps", [])}).all_taps)
+        return None if counting == Counting() else counting
 
     def to_dict(self) -> dict:
         data = {"ops_scale": dict(self.ops_scale), "first_input_only": list(self.first_input_only)}

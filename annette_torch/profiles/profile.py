@@ -86,7 +86,7 @@ import math
 import os
 import re
 import zipfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -195,6 +195,14 @@ class Profile:
     def reaches(self, model_type: str) -> bool:
         """Whether the model preference answers some kernel kind with ``model_type``'s models."""
         return any(self.model_for(kind)[0] == model_type for kind in self.layer_models.get(model_type, {}))
+
+    def counted_as(self, backend_counting: dict) -> Profile:
+        """This profile counting the dilated convs that compute their padding as a target
+        backend does (its ``counting``'s ``all_taps``: a property of the target, not of the
+        models), for adapting or correcting it to that target; its other counting
+        conventions stay."""
+        counting = (self.counting or Counting()).with_all_taps_of(backend_counting)
+        return self if counting == self.counting else replace(self, counting=counting)
 
     def to_dict(self) -> dict:
         return {

@@ -156,7 +156,7 @@ def few_shot(sources: Sequence[str], backend_name: str, threads: int, precision:
     whose fingerprint the profile then records."""
     backend = get_backend(backend_name, threads=threads, precision=precision)
     target_mapping = backend_mapping(backend) if mapping == "backend" else mapping
-    profiles = [load_profile(s) for s in sources]
+    profiles = [load_profile(s).counted_as(backend.counting) for s in sources]
     node_fingerprint: dict = {}         # of the fleet node that measured the samples
 
     def on_fleet(items: list) -> NetworkSession:
