@@ -9,18 +9,24 @@ fused layer kind adds: per kernel,
     measured - model(kernel) = output elements * sum over its fused layers of cost[kind]
 
 solved by least squares on errors relative to the measured time, over the fused layer
-kinds seen in at least ``min_rows`` kernels. A cost may be negative: the kernel's model
-already charges for what a fused layer reads from outside (a residual add's second
+kinds seen in at least ``min_rows`` kernels. Only a binary arithmetic kind's cost
+(:data:`~annette_torch.kinds.elementwise.ARITHMETIC_KINDS`) may be negative: the kernel's
+model already charges for what such a layer reads from outside (a residual add's second
 input counts among the kernel's input elements), which a conv with the add as a post-op
 reads from cache at next to no cost (OpenVINO's 1x1 convs of NAS-Bench-201 cells with
-their node sums). Estimates keep a kernel at half its model time or more
+their node sums). A fused activation reads nothing more and still computes per element,
+so its cost is bounded at 0: unbounded, openvino-cpu's ReLU came out at -0.24 ns per
+element, which made every conv + ReLU of a network cheaper than the same conv alone. Estimates keep a
+kernel at half its model time or more
 (:data:`~annette_torch.layer_models.fused_layers.MIN_MODEL_SHARE`).
 """
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+from scipy.optimize import lsq_linear
 
+from ..kinds.elementwise import ARITHMETIC_KINDS
 from ..layer_models.fused_layers import MIN_MODEL_SHARE
 
 #: layer kinds the ONNX export folds into the preceding conv's weights: free when fused
@@ -57,7 +63,8 @@ def fit_fused_costs(kernels: pd.DataFrame, model_seconds: np.ndarray, measured_s
     measured, modelled = measured_seconds[use], model_seconds[use]
     design = np.array([[m.count(k) for k in kinds] for m, u in zip(members, use) if u], dtype=float)
     design *= (elems / measured)[:, None]
-    cost = np.linalg.lstsq(design, (measured - modelled) / measured, rcond=None)[0]
+    low = np.array([-np.inf if k in ARITHMETIC_KINDS else 0.0 for k in kinds])
+    cost = lsq_linear(design, (measured - modelled) / measured, bounds=(low, np.inf), method="bvls").x
     after = np.maximum(modelled + design @ cost * measured, MIN_MODEL_SHARE * modelled)
     return ({k: float(c) for k, c in zip(kinds, cost)},
             {"kernels": int(use.sum()), "kernels_per_kind": {k: int(counts[k]) for k in kinds},
