@@ -16,6 +16,7 @@ from annette_torch.cli import main
 from annette_torch.estimator import Estimator
 from annette_torch.fit import MODEL_TYPES, fit_profile, format_report, learn_rules
 from annette_torch.fit.generate import STATISTICAL_NOTE
+from annette_torch.fit.mapping import decide_pair
 from annette_torch.fit.table import StoreData, load_store
 from annette_torch.fit.unroll import fit_refined_roofline
 from annette_torch.kinds import FEATURES
@@ -124,6 +125,16 @@ def test_mapping_learner_keeps_consistent_pairs_unconditional():
     assert set(rules) == {FusionRule("conv", "relu", "conv"), FusionRule("conv", "max_pool", "conv")}
     rules, _ = learn_rules(synthetic_store(windows_fused=()))
     assert set(rules) == {FusionRule("conv", "relu", "conv")}
+
+
+def test_a_split_whose_leaves_decide_alike_is_one_rule_not_two():
+    # channels 8..96: fused above 11 (one exception at 40 makes Gini split again at 67)
+    c = np.array([8, 10, 12, 20, 30, 40, 50, 60, 70, 80, 90, 96])
+    fused = np.array([0, 0, 1, 1, 1, 0, 1, 1, 1, 1, 1, 1])
+    x = pd.DataFrame({"primary.c": c.astype(float)})
+    decision = decide_pair("conv", "add", x, fused)
+    assert decision.rules == (FusionRule("conv", "add", "conv", (Clause("primary", "c", ">", 10),)),)
+    assert decision.how == "condition" and decision.errors == 1
 
 
 @pytest.fixture(scope="module")

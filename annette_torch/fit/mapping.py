@@ -136,7 +136,9 @@ def _best_split(x: pd.DataFrame, y: np.ndarray, min_leaf: int) -> tuple[str, flo
 
 def _grow(x: pd.DataFrame, y: np.ndarray, path: tuple[Clause, ...], depth: int,
           min_leaf: int) -> list[tuple[tuple[Clause, ...], np.ndarray]]:
-    """Leaves (condition path, labels) of a depth-limited tree of clause splits."""
+    """Leaves (condition path, labels) of a depth-limited tree of clause splits. A split
+    whose leaves all decide alike is undone: it changes no decision, and kept it would
+    print one rule as two (``c > 11 and c <= 67``, ``c > 11 and c > 67``)."""
     split = _best_split(x, y, min_leaf) if depth > 0 and 0 < y.sum() < len(y) else None
     if split is None:
         return [(path, y)]
@@ -144,8 +146,11 @@ def _grow(x: pd.DataFrame, y: np.ndarray, path: tuple[Clause, ...], depth: int,
     role, attr = column.split(".", 1)
     value = int(value) if float(value).is_integer() else value
     left = x[column].to_numpy() <= value
-    return (_grow(x[left], y[left], path + (Clause(role, attr, "<=", value),), depth - 1, min_leaf)
-            + _grow(x[~left], y[~left], path + (Clause(role, attr, ">", value),), depth - 1, min_leaf))
+    leaves = (_grow(x[left], y[left], path + (Clause(role, attr, "<=", value),), depth - 1, min_leaf)
+              + _grow(x[~left], y[~left], path + (Clause(role, attr, ">", value),), depth - 1, min_leaf))
+    if len({bool(labels.mean() > 0.5) for _, labels in leaves}) == 1:
+        return [(path, y)]
+    return leaves
 
 
 def decide_pair(primary: str, secondary: str, x: pd.DataFrame, y: np.ndarray, tolerance: float = 0.05,
