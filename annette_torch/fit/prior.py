@@ -57,12 +57,12 @@ from scipy.optimize import least_squares
 from sklearn.linear_model import RidgeCV
 from sklearn.model_selection import KFold
 
+from ..backends import BACKENDS
 from ..estimator import Estimator
 from ..kinds import FEATURES, PRODUCT_KINDS
 from ..layer_models.corrected import KindCorrection, PriorCorrection
 from ..layer_models.regressors import REGRESSION_INPUTS, LinearRegressor, regression_inputs
 from ..mapping import FusionRule, map_kernels
-from ..backends import BACKENDS
 from ..profiles import Profile, load_profile
 from ..profiles.fingerprint import ProfileMismatchWarning
 from ..profiles.profile import profile_digest
