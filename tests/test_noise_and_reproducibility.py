@@ -53,3 +53,19 @@ def test_reproducibility_benchmark_on_two_tiny_networks(tmp_path, capsys):
     first, second = saved["passes"]
     key = next(iter(first))
     assert len(first[key]["round_ms"]) == 2 and first[key]["time_ms"] > 0 and second[key]["time_ms"] > 0
+
+
+def test_busy_check_benchmark_pairs_each_sessions_canary_spread_with_its_round_to_round(tmp_path):
+    spec = importlib.util.spec_from_file_location("busy_check", Path(__file__).parents[1] / "benchmarks" / "busy_check.py")
+    busy_check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(busy_check)
+    folder = tmp_path / "openvino-cpu-1t-x"
+    folder.mkdir()
+    sessions = [{"finished_utc": "2026-12-04T03:26:51+00:00", "before": "steal 0.0%, canary spread 26.6% over 1 s",
+                 "round_to_round": {"zoo": 0.052, "nb201": 0.183}},
+                {"finished_utc": "2026-12-04T03:30:00+00:00", "before": "steal 0.0%, load 1.0 (1 min)",   # no canary
+                 "round_to_round": {"zoo": 0.01}}]
+    (folder / "sessions.jsonl").write_text("".join(json.dumps(s) + "\n" for s in sessions))
+    rows = busy_check.session_rows(tmp_path)
+    assert sorted(zip(rows.set, rows.canary_spread_pct, rows.r2r_pct.round(1))) == [("nb201", 26.6, 18.3), ("zoo", 26.6, 5.2)]
+    assert set(rows.folder) == {"openvino-cpu-1t-x"}
