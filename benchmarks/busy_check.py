@@ -34,8 +34,10 @@ def session_rows(root: Path) -> pd.DataFrame:
         for line in path.read_text().splitlines():
             session = json.loads(line)
             found = SPREAD.search(session.get("before", ""))
+            if not found:
+                continue
             for name, r2r in (session.get("round_to_round") or {}).items():
-                if found and r2r == r2r:
+                if pd.notna(r2r):
                     rows.append({"folder": str(path.parent.relative_to(root)), "finished": session["finished_utc"][:16],
                                  "set": name, "canary_spread_pct": float(found.group(1)), "r2r_pct": 100 * r2r})
     return pd.DataFrame(rows)

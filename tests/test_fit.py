@@ -128,7 +128,8 @@ def test_mapping_learner_keeps_consistent_pairs_unconditional():
 
 
 def test_a_split_whose_leaves_decide_alike_is_one_rule_not_two():
-    # channels 8..96: fused above 11 (one exception at 40 makes Gini split again at 67)
+    # channels 8..96: fused above 10; the one exception at 40 makes the tree split again there,
+    # into two leaves that both fuse (c > 10 and c <= 40, c > 10 and c > 40)
     c = np.array([8, 10, 12, 20, 30, 40, 50, 60, 70, 80, 90, 96])
     fused = np.array([0, 0, 1, 1, 1, 0, 1, 1, 1, 1, 1, 1])
     x = pd.DataFrame({"primary.c": c.astype(float)})
