@@ -257,7 +257,12 @@ def test_profile_of_another_machine_warns_once_naming_what_differs_and_how_to_ad
     roof = RefinedRoofline(peak_ops_s=1e11, bandwidth_bytes_s=1e11)
     here = {"backend": "onnxruntime-cpu", "device": cpu_model(), "cpu": cpu_model(), "cpu_id": cpu_id(),
             "runtime_version": onnxruntime.__version__, "threads": 1, "precision": "f32"}
-    same_name_avx2 = {**here, "cpu_id": {**cpu_id(), "model": 1, "isa": ["avx2", "fma"]}}
+    # a CPU of the same name, another model and the other side of AVX-512 from this machine, whichever it is
+    # (the shipped profiles' Zen 4 against an AVX2-only Zen 3, or the other way round)
+    avx512_here = "avx512f" in cpu_id()["isa"]
+    other_model = (cpu_id()["model"] or 0) + 1
+    same_name_avx2 = {**here, "cpu_id": {**cpu_id(), "model": other_model,
+                                         "isa": ["avx2", "fma"] if avx512_here else ["avx2", "avx512f", "fma"]}}
     no_identity = {k: v for k, v in here.items() if k != "cpu_id"}
     elsewhere = {**here, "cpu": "Some Other CPU 9000", "device": "Some Other CPU 9000", "runtime_version": "0.1.0"}
     messages = {}
@@ -270,8 +275,9 @@ def test_profile_of_another_machine_warns_once_naming_what_differs_and_how_to_ad
         mismatches = [str(w.message) for w in caught if issubclass(w.category, ProfileMismatchWarning)]
         assert len(mismatches) == (name != "here"), (name, mismatches)
         messages[name] = mismatches[0] if mismatches else ""
-    assert "CPU model 1 (this machine: " in messages["avx2"] and "lacks" not in messages["avx2"]
-    assert "avx512f" in messages["avx2"].split("ISA")[1] or "avx512f" not in cpu_id()["isa"]
+    assert f"CPU model {other_model} (this machine: {cpu_id()['model']})" in messages["avx2"]
+    isa = messages["avx2"].split("CPU ISA: ")[1]
+    assert "avx512f" in isa and isa.startswith("this CPU adds" if avx512_here else "this CPU lacks")
     assert "no identity" in messages["noid"]
     assert "Some Other CPU 9000" in messages["else"] and "onnxruntime 0.1.0" in messages["else"]
     for message in messages.values():
@@ -286,11 +292,13 @@ def test_cpu_identity_names_the_kernel_isa_and_tells_cpus_of_one_name_apart():
     here = cpu_id()
     assert set(here) == set(CPU_ID_FIELDS) and set(here["isa"]) <= set(KERNEL_ISA)
     assert cpu_id_differences(here) == []
-    zen3 = {**here, "model": 1, "isa": [f for f in here["isa"] if not f.startswith("avx512")]}
-    differences = cpu_id_differences(zen3)
-    assert differences[0] == f"model 1 (this machine: {here['model']})"
+    other = {**here, "model": (here["model"] or 0) + 1,
+             "isa": sorted(set(here["isa"]) ^ {"avx512f"})}       # the other side of AVX-512, another model
+    differences = cpu_id_differences(other)
+    assert differences[0] == f"model {other['model']} (this machine: {here['model']})"
+    assert any("avx512f" in d for d in differences[1:])
     base = {"backend": "openvino-cpu", "runtime_version": "1", "cpu": "AMD EPYC", "threads": 1, "precision": "f32"}
-    assert fingerprint_folder({**base, "cpu_id": here}) != fingerprint_folder({**base, "cpu_id": zen3})
+    assert fingerprint_folder({**base, "cpu_id": here}) != fingerprint_folder({**base, "cpu_id": other})
 
 
 def _synthetic_profile(**fields):
