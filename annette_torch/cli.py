@@ -507,9 +507,8 @@ def cmd_adapt(args: argparse.Namespace) -> int:
     return 0
 
 
-#: calibration's protocol defaults (:data:`~annette_torch.calibration.campaign.ROUNDS`, ``REPEATS``);
-#: its benchmarks are profiled per layer a fixed number of runs (no timing window)
-CALIBRATION_PROTOCOL = Protocol(rounds=ROUNDS, warmup=5, repeats=REPEATS, min_round_ms=0)
+#: calibration's protocol defaults (:data:`~annette_torch.calibration.campaign.ROUNDS`, ``REPEATS``)
+CALIBRATION_PROTOCOL = Protocol(rounds=ROUNDS, warmup=5, repeats=REPEATS)
 
 
 def _positive_int(text: str) -> int:
@@ -615,7 +614,7 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--ray-chunk", type=_positive_int, default=CHUNK,
                      help=f"with --ray: benchmarks per Ray task, measured in interleaved rounds on one node "
                           f"(default {CHUNK})")
-    add_protocol_arguments(cal, CALIBRATION_PROTOCOL, window=False)
+    add_protocol_arguments(cal, CALIBRATION_PROTOCOL)
     cal.set_defaults(func=cmd_calibrate)
     noise = sub.add_parser("noise", help="how reproducible timings are on this machine now: small networks in "
                                          "interleaved rounds, round-to-round differences, steal and load")

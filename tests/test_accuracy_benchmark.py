@@ -1,6 +1,5 @@
 """benchmarks/accuracy.py: metrics, the resumable results store, evaluation of all variants."""
 import contextlib
-import dataclasses
 import importlib.util
 import json
 import sys
@@ -123,8 +122,9 @@ def test_rounds_interleave_and_rows_of_another_protocol_are_measured_again(tmp_p
                                              progress=False)
     assert backend.calls == [] and legacy["median_ms"].tolist() == [9]   # re-scored as it was measured
     assert not (folder / "protocol.json").exists()
-    two_rounds = Protocol(rounds=2, warmup=0, repeats=10, min_round_ms=0, drift="canary")
-    rows, path, _ = accuracy.measure_networks(backend, _nets(), tmp_path, two_rounds, progress=False)
+    rows, path, _ = accuracy.measure_networks(backend, _nets(), tmp_path, Protocol(rounds=2, warmup=0, repeats=10,
+                                                                                  drift="canary"),
+                                              progress=False)
     assert backend.calls == ["small", "tiny", "small", "tiny"]          # with the canary the legacy row does not count
     record = json.loads((folder / "protocol.json").read_text())
     assert (record["statistic"], record["drift"], record["canary_ms"]) == ("p10", "canary", 1.0)
@@ -133,8 +133,8 @@ def test_rounds_interleave_and_rows_of_another_protocol_are_measured_again(tmp_p
     sessions = accuracy.read_sessions(folder, record["since"])
     assert len(sessions) == 1 and sessions[0]["networks"] == 2 and sessions[0]["reference_ms"] == 1.0
     assert set(sessions[0]["round_to_round"]) == {"a", "b"} and min(sessions[0]["round_to_round"].values()) >= 0
-    accuracy.measure_networks(backend, _nets(), tmp_path, dataclasses.replace(two_rounds, statistic="median"),
-                              progress=False)
+    accuracy.measure_networks(backend, _nets(), tmp_path, Protocol(rounds=2, warmup=0, repeats=10,
+                                                                   statistic="median", drift="canary"), progress=False)
     assert len(backend.calls) == 4                      # p10 and median are both in the rows: nothing to measure
     accuracy.measure_networks(backend, _nets(), tmp_path, ONE_ROUND, progress=False)
     assert len(backend.calls) == 6                      # another drift correction: a new record, measured again

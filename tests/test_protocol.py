@@ -9,8 +9,8 @@ from annette_torch.backends import get_backend
 from annette_torch.measure import machine_load
 from annette_torch.measure.canary import CANARY_INPUT_SHAPE, canary_network, check_drift
 from annette_torch.measure.networks import measure_networks
-from annette_torch.measure.protocol import (MAX_ROUND_REPEATS, REFERENCE_ROUNDS, ItemFailed, Protocol, combine,
-                                            interleave, statistic_ms)
+from annette_torch.measure.protocol import (REFERENCE_ROUNDS, ItemFailed, Protocol, combine, interleave,
+                                            statistic_ms)
 from annette_torch.measure.record import LEGACY, differences, new_record, read_record, write_record
 
 
@@ -210,8 +210,7 @@ def test_measure_networks_on_a_real_backend_in_a_few_seconds():
     items = [("conv", lambda: torch.nn.Conv2d(3, 8, 3), (1, 3, 16, 16)),
              ("linear", lambda: torch.nn.Linear(16, 4), (1, 16))]
     done = []
-    session = measure_networks(backend, items, Protocol(rounds=2, warmup=1, repeats=2, canary_repeats=2, drift="canary",
-                                                        min_round_ms=0),
+    session = measure_networks(backend, items, Protocol(rounds=2, warmup=1, repeats=2, canary_repeats=2, drift="canary"),
                                on_measured=lambda key, m: done.append(key), progress=False, warn=False)
     assert done == ["conv", "linear"] and session.failures == {}
     for measured in session.measured.values():
@@ -228,41 +227,3 @@ def test_the_canary_correction_is_refused_where_the_canary_would_be_deployed_ane
     with pytest.raises(ValueError, match="use --drift none"):
         check_drift(board, "canary")
     assert Protocol().drift == "none"                             # the default (docs/accuracy.md)
-
-
-class _WindowBackend:
-    """Runs of a fixed time per network; records the timed runs each call asked for."""
-
-    name, threads = "window", 1
-
-    def __init__(self, run_ms):
-        self.run_ms, self.asked = run_ms, []
-
-    def measure(self, model, input_shape, warmup=5, repeats=20):
-        from annette_torch.backends import Latency
-        self.asked.append((model.key, repeats))
-        return Latency.from_runs([self.run_ms[model.key]] * repeats, threads=1)
-
-
-def test_small_networks_fill_the_timing_window_after_their_first_round_large_ones_keep_repeats():
-    backend = _WindowBackend({"cell": 0.5, "large": 80.0, "tiny": 0.001})
-
-    def build(key):
-        module = torch.nn.Identity()
-        module.key = key
-        return module
-
-    items = [(key, lambda key=key: build(key), (1, 4)) for key in ("cell", "large", "tiny")]
-    session = measure_networks(backend, items, Protocol(rounds=3, warmup=0, repeats=10, min_round_ms=100),
-                               progress=False, warn=False)
-    asked = {key: [n for k, n in backend.asked if k == key] for key in ("cell", "large", "tiny")}
-    assert asked == {"cell": [10, 200, 200], "large": [10, 10, 10], "tiny": [10, MAX_ROUND_REPEATS, MAX_ROUND_REPEATS]}
-    assert session.measured["cell"].round_sizes == (10, 200, 200) and session.measured["cell"].time_ms == 0.5
-    backend.asked.clear()
-    measure_networks(backend, items, Protocol(rounds=2, warmup=0, repeats=10, min_round_ms=0), progress=False, warn=False)
-    assert [n for _, n in backend.asked] == [10] * 6                      # 0: exactly --repeats
-    with pytest.raises(ValueError, match="min_round_ms"):
-        Protocol(min_round_ms=-1)
-    with pytest.raises(ValueError, match="min_round_ms"):
-        Protocol(min_round_ms=float("nan"))
-    assert "enough to time 100 ms" in str(Protocol()) and "enough to time" not in str(Protocol(min_round_ms=0))

@@ -9,10 +9,9 @@ from .protocol import DRIFTS, STATISTICS, Protocol
 
 
 def add_protocol_arguments(parser: argparse.ArgumentParser, defaults: Protocol = Protocol(),
-                           statistics: Sequence[str] = STATISTICS, window: bool = True) -> None:
-    """Add ``--rounds --warmup --repeats --min-round-ms --statistic --drift`` with ``defaults``'s values
-    (``--drift``: see :class:`~.protocol.Protocol`, default none); without ``window`` no
-    ``--min-round-ms`` (for commands that time a fixed number of profiled runs)."""
+                           statistics: Sequence[str] = STATISTICS) -> None:
+    """Add ``--rounds --warmup --repeats --statistic --drift`` with ``defaults``'s values
+    (``--drift``: see :class:`~.protocol.Protocol`, default none)."""
     group = parser.add_argument_group("measuring protocol")
     group.add_argument("--rounds", type=int, default=defaults.rounds,
                        help=f"interleaved rounds over all networks (default {defaults.rounds})")
@@ -20,10 +19,6 @@ def add_protocol_arguments(parser: argparse.ArgumentParser, defaults: Protocol =
                        help=f"untimed inferences per network and round (default {defaults.warmup})")
     group.add_argument("--repeats", type=int, default=defaults.repeats,
                        help=f"timed inferences per network and round (default {defaults.repeats})")
-    if window:
-        group.add_argument("--min-round-ms", type=float, default=defaults.min_round_ms,
-                           help="after a network's first round, time enough runs per round to fill this many "
-                                f"ms (small networks; 0: exactly --repeats; default {defaults.min_round_ms:g})")
     group.add_argument("--statistic", choices=tuple(statistics), default=defaults.statistic,
                        help=f"statistic of the pooled runs of all rounds (default {defaults.statistic})")
     group.add_argument("--drift", choices=DRIFTS, default=defaults.drift,
@@ -36,5 +31,4 @@ def protocol_from(args: argparse.Namespace, backend, defaults: Protocol = Protoc
     ``backend``; ``ValueError`` names a bad one."""
     check_drift(backend, args.drift)
     return Protocol(rounds=args.rounds, warmup=args.warmup, repeats=args.repeats, statistic=args.statistic,
-                    drift=args.drift, canary_repeats=defaults.canary_repeats,
-                    min_round_ms=getattr(args, "min_round_ms", defaults.min_round_ms))
+                    drift=args.drift, canary_repeats=defaults.canary_repeats)

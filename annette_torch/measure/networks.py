@@ -93,16 +93,12 @@ def measure_networks(backend, items: Sequence[Item], protocol: Protocol = Protoc
     shapes = {key: tuple(shape) for key, _, shape in items}
     builders = {key: build for key, build, _ in items}
 
-    first_rounds: dict[Hashable, tuple[float, ...]] = {}
-
     def measure(key: Hashable) -> tuple[float, ...]:
         try:
-            runs = tuple(backend.measure(builders[key](), shapes[key], warmup=protocol.warmup,
-                                         repeats=protocol.round_repeats(first_rounds.get(key))).runs_ms)
+            return tuple(backend.measure(builders[key](), shapes[key], warmup=protocol.warmup,
+                                         repeats=protocol.repeats).runs_ms)
         except BackendError as error:
             raise ItemFailed(str(error)) from error
-        first_rounds.setdefault(key, runs)
-        return runs
 
     def finished(key: Hashable, rounds: list, factors: list[float]) -> None:
         measured[key] = combine(rounds, factors, protocol.statistic)

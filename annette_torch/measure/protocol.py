@@ -50,10 +50,6 @@ DEFAULT_STATISTIC = "p10"
 DRIFTS: tuple[str, ...] = ("canary", "none")
 #: the canary's timings at a session's start that make its reference, when none is recorded
 REFERENCE_ROUNDS = 6
-#: default timed milliseconds per round and item (``Protocol.min_round_ms``)
-DEFAULT_MIN_ROUND_MS = 100.0
-#: the most timed runs one round of one item may take to fill ``min_round_ms``
-MAX_ROUND_REPEATS = 1000
 _PERCENTILE = {"p10": 10.0, "p25": 25.0, "median": 50.0}
 
 
@@ -79,16 +75,9 @@ def spread_of(runs_ms: Sequence[float]) -> float:
 @dataclass(frozen=True)
 class Protocol:
     """How to measure: ``rounds`` interleaved rounds per item, each ``warmup`` untimed
-    then ``repeats`` timed inferences, and after an item's first round as many more as
-    fill ``min_round_ms`` of timing at its first round's median (at most
-    :data:`MAX_ROUND_REPEATS`; 0: exactly ``repeats``; :meth:`round_repeats`);
-    ``statistic`` of the pooled, drift-corrected runs;
+    then ``repeats`` timed inferences; ``statistic`` of the pooled, drift-corrected runs;
     ``drift`` correction "canary" (timed ``canary_repeats`` times before every item) or
-    "none". The timing window: 10 runs of a 0.3 ms network time 3 ms, which one hiccup
-    of a shared host spoils; on an AMD EPYC Zen 3 VM, ``annette-torch noise``'s four
-    small networks differed by 22-32 % round to round with 10 runs and 6-7 % with 200
-    (docs/cross-cpu.md, 2026-12-04). Large networks fill the window with ``repeats`` runs
-    and cost nothing more. The canary's 20 runs cost a few milliseconds per item and round; on a
+    "none". The canary's 20 runs cost a few milliseconds per item and round; on a
     simulated quiet machine its own noise made corrected rounds 40 % noisier than
     uncorrected ones with 5 runs and 9 % with 20, while on a drifting one (1 % a second)
     the correction cut the round-to-round difference from 3.2 % to 0.25 %
@@ -100,31 +89,16 @@ class Protocol:
     statistic: str = DEFAULT_STATISTIC
     drift: str = "none"
     canary_repeats: int = 20
-    min_round_ms: float = DEFAULT_MIN_ROUND_MS
 
     def __post_init__(self) -> None:
         for name, low in (("rounds", 1), ("warmup", 0), ("repeats", 1), ("canary_repeats", 1)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"protocol: {name} must be an int >= {low}, got {value!r}")
-        window = self.min_round_ms
-        if isinstance(window, bool) or not isinstance(window, (int, float)) or not (0 <= window < math.inf):
-            raise ValueError(f"protocol: min_round_ms must be a finite number of ms >= 0, got {window!r}")
         if self.statistic not in STATISTICS:
             raise ValueError(f"protocol: statistic must be one of {', '.join(STATISTICS)}, got {self.statistic!r}")
         if self.drift not in DRIFTS:
             raise ValueError(f"protocol: drift must be one of {', '.join(DRIFTS)}, got {self.drift!r}")
-
-    def round_repeats(self, first_round_ms: Sequence[float] | None) -> int:
-        """Timed runs of a round of an item whose first round timed ``first_round_ms``
-        (None: this is its first round): ``repeats``, or more to fill ``min_round_ms`` at
-        that round's median, at most :data:`MAX_ROUND_REPEATS`."""
-        if not first_round_ms or self.min_round_ms <= 0:
-            return self.repeats
-        typical_ms = float(np.median(first_round_ms))
-        if not typical_ms > 0:
-            return self.repeats
-        return max(self.repeats, min(MAX_ROUND_REPEATS, math.ceil(self.min_round_ms / typical_ms)))
 
     def to_json(self) -> dict[str, Any]:
         """The fields as a plain dict."""
@@ -132,8 +106,7 @@ class Protocol:
 
     def __str__(self) -> str:
         drift = "canary drift correction" if self.drift == "canary" else "no drift correction"
-        window = f" (after the first, enough to time {self.min_round_ms:g} ms)" if self.min_round_ms > 0 else ""
-        return (f"{self.rounds} interleaved round(s) of {self.warmup} warm-up + {self.repeats} timed runs{window}, "
+        return (f"{self.rounds} interleaved round(s) of {self.warmup} warm-up + {self.repeats} timed runs, "
                 f"{self.statistic} of the pooled runs, {drift}")
 
 
