@@ -25,10 +25,9 @@ for pair in "shipped-gt2 openvino-cpu" "prior30-gt2 $W/pf-plain/openvino-cpu-cor
     set -- $pair
     $PY benchmarks/accuracy.py --backend openvino-cpu --threads 1 --profile $2 --sets $SETS --json $R/accuracy-openvino-cpu-$1.json > $R/accuracy-openvino-cpu-$1.txt
 done
-date -u +%T
 date -u +%T; $PY -m annette_torch.cli noise --backend openvino-cpu > $R/noise-openvino-cpu-second.txt 2>&1
-# calibrate --for: the first 10 cells of the benchmark's nb201 set and 3 torchvision models, keyed by the adapted profile
-CELLS=$($PY -c "from annette_torch.nas.nasbench201 import sample_architectures; print(' '.join('nb201:' + a for a in sample_architectures(50, seed=201)[:10]))")
+# calibrate --for: the first 10 cells of the accuracy benchmark's nb201 set and 3 torchvision models, keyed by the adapted profile
+CELLS=$(PYTHONPATH=$PWD:$PWD/benchmarks $PY -c "from accuracy import networks; print(' '.join('nb201:' + n.name for n in networks(['nb201'])[:10]))")
 date -u +%T; $PY -m annette_torch.cli calibrate --backend openvino-cpu --threads 1 --for $CELLS torchvision:resnet18 torchvision:mobilenet_v3_large torchvision:efficientnet_b0 --profile $W/ov-here.json --out $W/measured > $R/calibrate-for.txt 2>&1
 date -u +%T; M=$(ls -d $W/measured/openvino-cpu-1t-f32-*)
 $PY benchmarks/accuracy.py --backend openvino-cpu --threads 1 --profile $W/ov-here.json --sets zoo,nb201 --measured $M --json $R/accuracy-openvino-cpu-adapted-for.json > $R/accuracy-openvino-cpu-adapted-for.txt 2>&1

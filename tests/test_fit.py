@@ -247,6 +247,13 @@ def test_weights_from_memory_floor_binds_only_kernels_bound_by_their_weights():
     assert float(model.predict(features, xp=torch)[0].sum()) == pytest.approx(weight_bytes / 1e10)
 
 
+def _other_cpu_id(here: dict) -> dict:
+    """A CPU identity of the same name as ``here`` but another model on the other side of
+    AVX-512 (``avx512f`` added or removed), whichever side this machine is on: the shipped
+    profiles' Zen 4 against an AVX2-only Zen 3, or the other way round."""
+    return {**here, "model": (here["model"] or 0) + 1, "isa": sorted(set(here["isa"]) ^ {"avx512f"})}
+
+
 def test_profile_of_another_machine_warns_once_naming_what_differs_and_how_to_adapt(tmp_path):
     import onnxruntime
 
@@ -257,16 +264,11 @@ def test_profile_of_another_machine_warns_once_naming_what_differs_and_how_to_ad
     roof = RefinedRoofline(peak_ops_s=1e11, bandwidth_bytes_s=1e11)
     here = {"backend": "onnxruntime-cpu", "device": cpu_model(), "cpu": cpu_model(), "cpu_id": cpu_id(),
             "runtime_version": onnxruntime.__version__, "threads": 1, "precision": "f32"}
-    # a CPU of the same name, another model and the other side of AVX-512 from this machine, whichever it is
-    # (the shipped profiles' Zen 4 against an AVX2-only Zen 3, or the other way round)
-    avx512_here = "avx512f" in cpu_id()["isa"]
-    other_model = (cpu_id()["model"] or 0) + 1
-    same_name_avx2 = {**here, "cpu_id": {**cpu_id(), "model": other_model,
-                                         "isa": ["avx2", "fma"] if avx512_here else ["avx2", "avx512f", "fma"]}}
+    other_cpu = {**here, "cpu_id": _other_cpu_id(cpu_id())}
     no_identity = {k: v for k, v in here.items() if k != "cpu_id"}
     elsewhere = {**here, "cpu": "Some Other CPU 9000", "device": "Some Other CPU 9000", "runtime_version": "0.1.0"}
     messages = {}
-    for name, fingerprint in (("here", here), ("avx2", same_name_avx2), ("noid", no_identity), ("else", elsewhere)):
+    for name, fingerprint in (("here", here), ("other", other_cpu), ("noid", no_identity), ("else", elsewhere)):
         path = Profile(name=name, fingerprint=fingerprint, layer_models={"roofline": {"default": roof}}).save(tmp_path / f"{name}.json")
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -275,9 +277,9 @@ def test_profile_of_another_machine_warns_once_naming_what_differs_and_how_to_ad
         mismatches = [str(w.message) for w in caught if issubclass(w.category, ProfileMismatchWarning)]
         assert len(mismatches) == (name != "here"), (name, mismatches)
         messages[name] = mismatches[0] if mismatches else ""
-    assert f"CPU model {other_model} (this machine: {cpu_id()['model']})" in messages["avx2"]
-    isa = messages["avx2"].split("CPU ISA: ")[1]
-    assert "avx512f" in isa and isa.startswith("this CPU adds" if avx512_here else "this CPU lacks")
+    assert f"CPU model {other_cpu['cpu_id']['model']} (this machine: {cpu_id()['model']})" in messages["other"]
+    said, unsaid = ("adds", "lacks") if "avx512f" in cpu_id()["isa"] else ("lacks", "adds")
+    assert f"CPU ISA: this CPU {said} avx512f" in messages["other"] and unsaid not in messages["other"]
     assert "no identity" in messages["noid"]
     assert "Some Other CPU 9000" in messages["else"] and "onnxruntime 0.1.0" in messages["else"]
     for message in messages.values():
@@ -292,8 +294,7 @@ def test_cpu_identity_names_the_kernel_isa_and_tells_cpus_of_one_name_apart():
     here = cpu_id()
     assert set(here) == set(CPU_ID_FIELDS) and set(here["isa"]) <= set(KERNEL_ISA)
     assert cpu_id_differences(here) == []
-    other = {**here, "model": (here["model"] or 0) + 1,
-             "isa": sorted(set(here["isa"]) ^ {"avx512f"})}       # the other side of AVX-512, another model
+    other = _other_cpu_id(here)
     differences = cpu_id_differences(other)
     assert differences[0] == f"model {other['model']} (this machine: {here['model']})"
     assert any("avx512f" in d for d in differences[1:])
