@@ -227,3 +227,61 @@ def test_the_canary_correction_is_refused_where_the_canary_would_be_deployed_ane
     with pytest.raises(ValueError, match="use --drift none"):
         check_drift(board, "canary")
     assert Protocol().drift == "none"                             # the default (docs/accuracy.md)
+
+
+def test_compile_once_builds_each_network_once_times_it_every_round_and_releases_it_after_its_last():
+    import argparse
+    import contextlib
+
+    from annette_torch.backends.base import BackendError
+    from annette_torch.measure.arguments import add_protocol_arguments, protocol_from
+
+    backend, open_now, entered, builds = get_backend("torch-cpu"), set(), [], []
+
+    class Counting:
+        """torch-cpu, counting the compiled networks it holds; the network "bad" fails to compile."""
+
+        def __getattr__(self, name):
+            return getattr(backend, name)
+
+        @contextlib.contextmanager
+        def prepared(self, model, input_shape):
+            if isinstance(model, torch.nn.Identity):
+                raise BackendError("torch-cpu", "compile", ValueError("cannot compile"))
+            with backend.prepared(model, input_shape) as timed:
+                key = input_shape[-1]
+                open_now.add(key)
+                entered.append(key)
+                try:
+                    yield timed
+                finally:
+                    open_now.discard(key)
+
+    def build(key, module):
+        return lambda: builds.append(key) or module
+
+    items = [("conv", build("conv", torch.nn.Conv2d(3, 8, 3)), (1, 3, 16, 16)),
+             ("bad", build("bad", torch.nn.Identity()), (1, 3, 8, 8)),
+             ("linear", build("linear", torch.nn.Linear(12, 4)), (1, 12))]
+    held_when_done = {}
+    session = measure_networks(Counting(), items, Protocol(rounds=3, warmup=1, repeats=2, compile_once=True),
+                               on_measured=lambda key, m: held_when_done.setdefault(key, set(open_now)),
+                               progress=False, warn=False)
+    assert builds == ["conv", "bad", "linear"]                    # built and compiled once each
+    assert entered[-2:] == [16, 12] and open_now == set()         # after the canary; all released at the end
+    assert 16 not in held_when_done["conv"] and 12 not in held_when_done["linear"]    # ... each after its last round
+    assert list(session.failures) == ["bad"] and "cannot compile" in session.failures["bad"]
+    assert all(len(m.round_sizes) == 3 and len(m.runs_ms) == 6 for m in session.measured.values())
+
+    parser = argparse.ArgumentParser()
+    add_protocol_arguments(parser)
+    assert not protocol_from(parser.parse_args([]), backend).compile_once
+    assert protocol_from(parser.parse_args(["--compile", "once"]), backend).compile_once
+    assert "compiled once" in str(Protocol(compile_once=True))
+    without = argparse.ArgumentParser()
+    add_protocol_arguments(without, compile_option=False)          # a campaign compiles anew every round
+    assert not protocol_from(without.parse_args([]), backend).compile_once
+    with pytest.raises(SystemExit):
+        without.parse_args(["--compile", "once"])
+    with pytest.raises(ValueError, match="compile_once"):
+        Protocol(compile_once="yes")

@@ -7,11 +7,16 @@ from typing import Sequence
 from .canary import check_drift
 from .protocol import DRIFTS, STATISTICS, Protocol
 
+#: the ``--compile`` choices, indexed by ``Protocol.compile_once``
+COMPILE_CHOICES = ("each-round", "once")
+
 
 def add_protocol_arguments(parser: argparse.ArgumentParser, defaults: Protocol = Protocol(),
-                           statistics: Sequence[str] = STATISTICS) -> None:
+                           statistics: Sequence[str] = STATISTICS, compile_option: bool = True) -> None:
     """Add ``--rounds --warmup --repeats --statistic --drift`` with ``defaults``'s values
-    (``--drift``: see :class:`~.protocol.Protocol`, default none)."""
+    (``--drift``: see :class:`~.protocol.Protocol`), and ``--compile`` where
+    ``compile_option`` (commands that measure whole networks; a calibration campaign
+    compiles each benchmark anew every round)."""
     group = parser.add_argument_group("measuring protocol")
     group.add_argument("--rounds", type=int, default=defaults.rounds,
                        help=f"interleaved rounds over all networks (default {defaults.rounds})")
@@ -24,6 +29,12 @@ def add_protocol_arguments(parser: argparse.ArgumentParser, defaults: Protocol =
     group.add_argument("--drift", choices=DRIFTS, default=defaults.drift,
                        help="canary: divide each round by a canary network timed before it (for a machine "
                             f"whose speed drifts; see annette-torch noise); default {defaults.drift}")
+    if compile_option:
+        group.add_argument("--compile", choices=COMPILE_CHOICES, default=COMPILE_CHOICES[int(defaults.compile_once)],
+                           help="once: compile each network once and keep it for all its rounds (rounds cost "
+                                "only their runs; every network is held in memory); each-round: build and compile "
+                                f"it anew every round, one in memory at a time (default "
+                                f"{COMPILE_CHOICES[int(defaults.compile_once)]})")
 
 
 def protocol_from(args: argparse.Namespace, backend, defaults: Protocol = Protocol()) -> Protocol:
@@ -31,4 +42,5 @@ def protocol_from(args: argparse.Namespace, backend, defaults: Protocol = Protoc
     ``backend``; ``ValueError`` names a bad one."""
     check_drift(backend, args.drift)
     return Protocol(rounds=args.rounds, warmup=args.warmup, repeats=args.repeats, statistic=args.statistic,
-                    drift=args.drift, canary_repeats=defaults.canary_repeats)
+                    drift=args.drift, canary_repeats=defaults.canary_repeats,
+                    compile_once=getattr(args, "compile", COMPILE_CHOICES[int(defaults.compile_once)]) == "once")

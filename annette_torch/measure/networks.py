@@ -4,8 +4,12 @@
     session.measured[key].time_ms          # the protocol's statistic, drift-corrected
     print(session.report())                # machine state before and over the session
 
-Each round builds a network anew (``build()``), so a session of large models keeps one
-in memory at a time, and times it with :meth:`~annette_torch.backends.Backend.measure`.
+Each round builds and compiles a network anew (``build()``, then
+:meth:`~annette_torch.backends.Backend.measure`), so a session of large models keeps one
+in memory at a time; with ``Protocol(compile_once=True)`` each network is compiled once
+(:meth:`~annette_torch.backends.Backend.prepared`) and kept until its last round, so
+rounds cost only their runs and many rounds are cheap, while every network of the
+session is held in memory at once.
 Before the first network the machine is checked (:mod:`.machine_load`: steal, busy
 CPUs, load, and the canary's spread as the noise), warning when it is too busy.
 """
@@ -92,21 +96,42 @@ def measure_networks(backend, items: Sequence[Item], protocol: Protocol = Protoc
     backend fails on is dropped with its message in ``failures``."""
     shapes = {key: tuple(shape) for key, _, shape in items}
     builders = {key: build for key, build, _ in items}
+    compiled: dict[Hashable, tuple[contextlib.ExitStack, Callable[[int, int], Any]]] = {}
+
+    def timer(key: Hashable) -> Callable[[int, int], Any]:
+        """The function that times ``key``: compiled for this round, or for the session."""
+        if not protocol.compile_once:
+            return lambda warmup, repeats: backend.measure(builders[key](), shapes[key], warmup=warmup,
+                                                           repeats=repeats)
+        if key not in compiled:
+            stack = contextlib.ExitStack()
+            try:
+                compiled[key] = stack, stack.enter_context(backend.prepared(builders[key](), shapes[key]))
+            except BaseException:
+                stack.close()
+                raise
+        return compiled[key][1]
+
+    def release(key: Hashable) -> None:
+        if key in compiled:
+            compiled.pop(key)[0].close()
 
     def measure(key: Hashable) -> tuple[float, ...]:
         try:
-            return tuple(backend.measure(builders[key](), shapes[key], warmup=protocol.warmup,
-                                         repeats=protocol.repeats).runs_ms)
+            return tuple(timer(key)(protocol.warmup, protocol.repeats).runs_ms)
         except BackendError as error:
+            release(key)
             raise ItemFailed(str(error)) from error
 
     def finished(key: Hashable, rounds: list, factors: list[float]) -> None:
+        release(key)
         measured[key] = combine(rounds, factors, protocol.statistic)
         if on_measured is not None:
             on_measured(key, measured[key])
 
     measured: dict[Hashable, Measured] = {}
-    with protocol_canary(backend, protocol) as canary:
+    with contextlib.ExitStack() as session_end, protocol_canary(backend, protocol) as canary:
+        session_end.callback(lambda: [release(key) for key in list(compiled)])
         before, runs = check_machine(canary, backend.threads, warn)
         if protocol.drift != "canary":
             canary = None

@@ -89,6 +89,7 @@ class Protocol:
     statistic: str = DEFAULT_STATISTIC
     drift: str = "none"
     canary_repeats: int = 20
+    compile_once: bool = False
 
     def __post_init__(self) -> None:
         for name, low in (("rounds", 1), ("warmup", 0), ("repeats", 1), ("canary_repeats", 1)):
@@ -99,6 +100,8 @@ class Protocol:
             raise ValueError(f"protocol: statistic must be one of {', '.join(STATISTICS)}, got {self.statistic!r}")
         if self.drift not in DRIFTS:
             raise ValueError(f"protocol: drift must be one of {', '.join(DRIFTS)}, got {self.drift!r}")
+        if not isinstance(self.compile_once, bool):
+            raise ValueError(f"protocol: compile_once must be True or False, got {self.compile_once!r}")
 
     def to_json(self) -> dict[str, Any]:
         """The fields as a plain dict."""
@@ -106,8 +109,9 @@ class Protocol:
 
     def __str__(self) -> str:
         drift = "canary drift correction" if self.drift == "canary" else "no drift correction"
+        compiled = "compiled once" if self.compile_once else "compiled anew each round"
         return (f"{self.rounds} interleaved round(s) of {self.warmup} warm-up + {self.repeats} timed runs, "
-                f"{self.statistic} of the pooled runs, {drift}")
+                f"{self.statistic} of the pooled runs, {drift}, {compiled}")
 
 
 @dataclass(frozen=True)
