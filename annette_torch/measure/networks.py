@@ -113,6 +113,7 @@ def measure_networks(backend, items: Sequence[Item], protocol: Protocol = Protoc
         return compiled[key][1]
 
     def release(key: Hashable) -> None:
+        """Free ``key``'s compiled network, if one is held."""
         if key in compiled:
             compiled.pop(key)[0].close()
 

@@ -77,7 +77,10 @@ class Protocol:
     """How to measure: ``rounds`` interleaved rounds per item, each ``warmup`` untimed
     then ``repeats`` timed inferences; ``statistic`` of the pooled, drift-corrected runs;
     ``drift`` correction "canary" (timed ``canary_repeats`` times before every item) or
-    "none". The canary's 20 runs cost a few milliseconds per item and round; on a
+    "none"; ``compile_once``: whole networks (:func:`~.networks.measure_networks`) are
+    compiled once and kept for all their rounds instead of anew every round (rounds then
+    cost only their runs: ``--rounds 12 --compile once`` for a noisy host,
+    docs/cross-cpu.md). The canary's 20 runs cost a few milliseconds per item and round; on a
     simulated quiet machine its own noise made corrected rounds 40 % noisier than
     uncorrected ones with 5 runs and 9 % with 20, while on a drifting one (1 % a second)
     the correction cut the round-to-round difference from 3.2 % to 0.25 %
