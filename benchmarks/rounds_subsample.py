@@ -41,7 +41,7 @@ def main(path: str) -> None:
         return np.asarray(measured["raw_runs_ms"]).reshape(-1, repeats)[chosen].ravel()
 
     print(f"{path}: {len(keys)} networks, {rounds} rounds of {repeats} runs, two passes "
-          f"({data['protocol'].get('compile_once') and 'compiled once' or 'compiled anew each round'})")
+          f"({'compiled once' if data['protocol'].get('compile_once') else 'compiled anew each round'})")
     print(f"{'statistic':<10}{'rounds':<12}" + "".join(f"{s:>9}" for s in sets) + f"{'all':>9}")
     for name, statistic in STATISTICS.items():
         for label, chosen in subsets(rounds).items():

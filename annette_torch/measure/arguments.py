@@ -30,11 +30,11 @@ def add_protocol_arguments(parser: argparse.ArgumentParser, defaults: Protocol =
                        help="canary: divide each round by a canary network timed before it (for a machine "
                             f"whose speed drifts; see annette-torch noise); default {defaults.drift}")
     if compile_option:
-        group.add_argument("--compile", choices=COMPILE_CHOICES, default=COMPILE_CHOICES[int(defaults.compile_once)],
+        default = COMPILE_CHOICES[defaults.compile_once]
+        group.add_argument("--compile", choices=COMPILE_CHOICES, default=default,
                            help="once: compile each network once and keep it for all its rounds (rounds cost "
                                 "only their runs; every network is held in memory); each-round: build and compile "
-                                f"it anew every round, one in memory at a time (default "
-                                f"{COMPILE_CHOICES[int(defaults.compile_once)]})")
+                                f"it anew every round, one in memory at a time (default {default})")
 
 
 def protocol_from(args: argparse.Namespace, backend, defaults: Protocol = Protocol()) -> Protocol:
@@ -43,4 +43,4 @@ def protocol_from(args: argparse.Namespace, backend, defaults: Protocol = Protoc
     check_drift(backend, args.drift)
     return Protocol(rounds=args.rounds, warmup=args.warmup, repeats=args.repeats, statistic=args.statistic,
                     drift=args.drift, canary_repeats=defaults.canary_repeats,
-                    compile_once=getattr(args, "compile", COMPILE_CHOICES[int(defaults.compile_once)]) == "once")
+                    compile_once=getattr(args, "compile", COMPILE_CHOICES[defaults.compile_once]) == "once")

@@ -104,18 +104,18 @@ def measure_networks(backend, items: Sequence[Item], protocol: Protocol = Protoc
             return lambda warmup, repeats: backend.measure(builders[key](), shapes[key], warmup=warmup,
                                                            repeats=repeats)
         if key not in compiled:
-            stack = contextlib.ExitStack()
-            try:
-                compiled[key] = stack, stack.enter_context(backend.prepared(builders[key](), shapes[key]))
-            except BaseException:
-                stack.close()
-                raise
+            stack = contextlib.ExitStack()       # holds nothing if prepared() fails
+            compiled[key] = stack, stack.enter_context(backend.prepared(builders[key](), shapes[key]))
         return compiled[key][1]
 
     def release(key: Hashable) -> None:
         """Free ``key``'s compiled network, if one is held."""
         if key in compiled:
             compiled.pop(key)[0].close()
+
+    def release_all() -> None:
+        for key in list(compiled):
+            release(key)
 
     def measure(key: Hashable) -> tuple[float, ...]:
         try:
@@ -132,7 +132,7 @@ def measure_networks(backend, items: Sequence[Item], protocol: Protocol = Protoc
 
     measured: dict[Hashable, Measured] = {}
     with contextlib.ExitStack() as session_end, protocol_canary(backend, protocol) as canary:
-        session_end.callback(lambda: [release(key) for key in list(compiled)])
+        session_end.callback(release_all)
         before, runs = check_machine(canary, backend.threads, warn)
         if protocol.drift != "canary":
             canary = None
