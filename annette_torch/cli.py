@@ -614,7 +614,7 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--ray-chunk", type=_positive_int, default=CHUNK,
                      help=f"with --ray: benchmarks per Ray task, measured in interleaved rounds on one node "
                           f"(default {CHUNK})")
-    add_protocol_arguments(cal, CALIBRATION_PROTOCOL, compile_option=False)
+    add_protocol_arguments(cal, CALIBRATION_PROTOCOL, whole_networks=False)
     cal.set_defaults(func=cmd_calibrate)
     noise = sub.add_parser("noise", help="how reproducible timings are on this machine now: small networks in "
                                          "interleaved rounds, round-to-round differences, steal and load")

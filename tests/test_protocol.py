@@ -9,8 +9,8 @@ from annette_torch.backends import get_backend
 from annette_torch.measure import machine_load
 from annette_torch.measure.canary import CANARY_INPUT_SHAPE, canary_network, check_drift
 from annette_torch.measure.networks import measure_networks
-from annette_torch.measure.protocol import (REFERENCE_ROUNDS, ItemFailed, Protocol, combine, interleave,
-                                            statistic_ms)
+from annette_torch.measure.protocol import (REFERENCE_BURSTS, ItemFailed, Protocol, canary_reference, combine,
+                                            interleave, statistic_ms)
 from annette_torch.measure.record import LEGACY, differences, new_record, read_record, write_record
 
 
@@ -42,14 +42,50 @@ def test_rounds_are_interleaved_with_a_canary_before_each_item_and_after_the_las
 
     session = interleave(["A", "B", "C"], measure, protocol, canary,
                          on_finished=lambda key, results, factors: finished.append((key, len(calls))))
-    assert calls[:REFERENCE_ROUNDS] == ["canary"] * REFERENCE_ROUNDS        # the reference, timed first
-    assert [c for c in calls[REFERENCE_ROUNDS:] if c != "canary"] == ["A", "B", "C", "A", "B", "C"]
-    assert calls[REFERENCE_ROUNDS:] == ["canary", "A", "canary", "B", "canary", "C"] * 2 + ["canary"]
+    assert calls[:REFERENCE_BURSTS] == ["canary"] * REFERENCE_BURSTS        # the reference, timed first
+    assert [c for c in calls[REFERENCE_BURSTS:] if c != "canary"] == ["A", "B", "C", "A", "B", "C"]
+    assert calls[REFERENCE_BURSTS:] == ["canary", "A", "canary", "B", "canary", "C"] * 2 + ["canary"]
     # each network is handed over once the canary after its last round has run
     assert [key for key, _ in finished] == ["A", "B", "C"]
     assert all(calls[n - 1] == "canary" for _, n in finished)
     assert session.results == {"A": [[2.0], [2.0]], "B": [[2.0], [2.0]], "C": [[2.0], [2.0]]}
     assert session.factors("B") == [1.0, 1.0]
+
+
+def test_the_reference_is_the_canary_s_fast_state_even_when_the_session_starts_in_a_slow_spell():
+    # a shared host: slow spells (35 % slower) for the first fifth of the timings and in
+    # stretches after, half the timings in all; each burst's runs also scatter by 2 %
+    rng = np.random.default_rng(0)
+    calls = []
+
+    def canary():
+        slow = len(calls) < REFERENCE_BURSTS // 5 or (len(calls) // 50) % 5 in (1, 3)
+        calls.append(slow)
+        return list(0.2 * (1.35 if slow else 1.0) * (1 + np.abs(rng.normal(0, 0.02, 20))))
+
+    reference_ms, runs = canary_reference(canary, "p10")
+    assert len(calls) == REFERENCE_BURSTS and len(runs) == 20 * REFERENCE_BURSTS
+    assert calls[0] and np.mean(calls) == 0.5                          # started in a slow spell
+    assert reference_ms == pytest.approx(0.2, rel=0.02)                # the fast state
+    assert statistic_ms(runs[:20], "p10") > 0.26                       # where one burst at the start would be
+
+
+def test_the_median_across_rounds_ignores_one_slow_or_badly_corrected_round():
+    rounds = [[1.0, 1.1, 1.2], [1.02, 1.1, 1.3], [1.4, 1.5, 1.6], [0.99, 1.05, 1.2], [1.01, 1.2, 1.3]]
+    pooled = combine(rounds, [1.0] * 5, "min")
+    per_round = combine(rounds, [1.0] * 5, "min", "median")
+    assert pooled.time_ms == 0.99 and per_round.time_ms == 1.01      # median of 1.0 1.02 1.4 0.99 1.01
+    # a canary that ran 30 % slow beside one fast round would make it 23 % too fast pooled
+    factors = [1.0, 1.0, 1.0, 1.3, 1.0]
+    assert combine(rounds, factors, "min").time_ms == pytest.approx(0.99 / 1.3)
+    assert combine(rounds, factors, "min", "median").time_ms == pytest.approx(1.01)
+    assert per_round.value("median") == pytest.approx(1.1)           # other statistics combine the same way
+    assert per_round.value(corrected=False) == 1.01
+    with pytest.raises(ValueError, match="across_rounds"):
+        combine(rounds, [1.0] * 5, "min", "mean")
+    with pytest.raises(ValueError, match="across_rounds"):
+        Protocol(across_rounds="mean")
+    assert "median over rounds of each round's p10" in str(Protocol(across_rounds="median"))
 
 
 def test_a_failing_item_is_dropped_and_the_others_go_on():
@@ -124,7 +160,9 @@ def test_the_canary_recovers_a_known_synthetic_drift():
     # the machine warms up and slows down by 3 % a second (50 % over the session), in +-10 % waves
     drift = lambda t: (1 + 0.03 * t) * (1 + 0.1 * math.sin(t))  # noqa: E731
     protocol = Protocol(rounds=3, repeats=10, statistic="p10", drift="canary")
-    session, measured = _session(SyntheticMachine(drift), protocol)
+    machine = SyntheticMachine(drift)
+    machine.t = 3.0                                  # the session starts 3 s in, the reference given: the canary's own time
+    session, measured = _session(machine, protocol, reference_ms=0.5)
     raw, corrected = _relative_errors(measured, False), _relative_errors(measured, True)
     assert raw.max() > 0.1                           # uncorrected, the drift shows through
     assert corrected.max() < 0.015 and corrected.mean() < raw.mean() / 10
@@ -192,6 +230,14 @@ def test_protocol_record_round_trip_and_differences(tmp_path):
     assert differences(LEGACY, Protocol(drift="canary")) == ["statistic 'median', not 'p10'",
                                                              "drift correction 'none', not 'canary'"]
     assert differences(LEGACY, Protocol(statistic="median")) == []
+    assert differences(read_record(tmp_path), Protocol(across_rounds="median")) == [
+        "rounds combined by 'pool', not 'median'"]
+    assert differences(read_record(tmp_path), Protocol(across_rounds="median"), statistic=False) != []
+    write_record(tmp_path, {"statistic": "p10", "drift": "none", "canary_ms": None})   # written before the field
+    assert read_record(tmp_path)["across_rounds"] == "pool"
+    (tmp_path / "protocol.json").write_text('{"statistic": "p10", "across_rounds": "mean", "drift": "none"}')
+    with pytest.raises(ValueError, match="across_rounds"):
+        read_record(tmp_path)
     (tmp_path / "protocol.json").write_text('{"statistic": "p10", "drift": "canary", "canary_ms": -1}')
     with pytest.raises(ValueError, match="canary_ms"):
         read_record(tmp_path)
@@ -279,9 +325,13 @@ def test_compile_once_builds_each_network_once_times_it_every_round_and_releases
     assert protocol_from(parser.parse_args(["--compile", "once"]), backend).compile_once
     assert "compiled once" in str(Protocol(compile_once=True))
     without = argparse.ArgumentParser()
-    add_protocol_arguments(without, compile_option=False)          # a campaign compiles anew every round
+    add_protocol_arguments(without, whole_networks=False)          # a campaign compiles anew every round
     assert not protocol_from(without.parse_args([]), backend).compile_once
     with pytest.raises(SystemExit):
         without.parse_args(["--compile", "once"])
     with pytest.raises(ValueError, match="compile_once"):
         Protocol(compile_once="yes")
+    assert protocol_from(parser.parse_args(["--across-rounds", "median"]), backend).across_rounds == "median"
+    assert protocol_from(without.parse_args([]), backend).across_rounds == "pool"
+    with pytest.raises(SystemExit):
+        without.parse_args(["--across-rounds", "median"])

@@ -55,7 +55,7 @@ from ..backends import Latency, Profiled, get_backend
 from ..graph.errors import first_line
 from ..measure.canary import canary_timer, check_drift
 from ..measure.machine_load import MachineState, between, read_cpu_times
-from ..measure.protocol import (DEFAULT_STATISTIC, REFERENCE_ROUNDS, ItemFailed, Protocol, interleave, spread_of,
+from ..measure.protocol import (DEFAULT_STATISTIC, ItemFailed, Protocol, canary_reference, interleave, spread_of,
                                 statistic_ms)
 from ..measure.record import LEGACY, differences, new_record, read_record, write_record
 from ..validation import integer, number
@@ -480,10 +480,9 @@ def _now() -> str:
 
 
 def reference_canary(worker: MeasuringWorker, protocol: Protocol, timeout_s: float) -> float:
-    """The canary's reference time: the ``protocol``'s statistic of
-    :data:`~annette_torch.measure.protocol.REFERENCE_ROUNDS` timings in ``worker``."""
-    runs = [t for _ in range(REFERENCE_ROUNDS) for t in _canary(worker, timeout_s)]
-    return statistic_ms(runs, protocol.statistic)
+    """The canary's reference time (:func:`~annette_torch.measure.protocol.canary_reference`)
+    for the ``protocol``'s statistic, timed in ``worker``."""
+    return canary_reference(lambda: _canary(worker, timeout_s), protocol.statistic)[0]
 
 
 def _canary(worker: MeasuringWorker, timeout_s: float) -> list[float]:

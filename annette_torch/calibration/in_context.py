@@ -309,12 +309,12 @@ def calibrate_for(specs: Sequence[str], backend_name: str, out: str | os.PathLik
             summary.results.append(result)
 
         with protocol_canary(backend, protocol) as canary:
-            before, runs = check_machine(canary, backend.threads)
+            before, reference_ms = check_machine(canary, backend.threads, protocol.statistic)
             summary.machine = str(before)
             if protocol.drift != "canary":
                 canary = None
-            elif runs and record.get("canary_ms") is None:
-                record["canary_ms"] = statistic_ms(runs, protocol.statistic)
+            elif reference_ms is not None and record.get("canary_ms") is None:
+                record["canary_ms"] = reference_ms
                 write_record(folder, record)
             with tqdm(total=len(todo) * protocol.rounds, desc=f"profile on {backend_name}", unit="run",
                       disable=not progress, file=sys.stderr, dynamic_ncols=True) as bar:

@@ -5,18 +5,19 @@ import argparse
 from typing import Sequence
 
 from .canary import check_drift
-from .protocol import DRIFTS, STATISTICS, Protocol
+from .protocol import ACROSS_ROUNDS, DRIFTS, STATISTICS, Protocol
 
 #: the ``--compile`` choices, indexed by ``Protocol.compile_once``
 COMPILE_CHOICES = ("each-round", "once")
 
 
 def add_protocol_arguments(parser: argparse.ArgumentParser, defaults: Protocol = Protocol(),
-                           statistics: Sequence[str] = STATISTICS, compile_option: bool = True) -> None:
+                           statistics: Sequence[str] = STATISTICS, whole_networks: bool = True) -> None:
     """Add ``--rounds --warmup --repeats --statistic --drift`` with ``defaults``'s values
-    (``--drift``: see :class:`~.protocol.Protocol`), and ``--compile`` where
-    ``compile_option`` (commands that measure whole networks; a calibration campaign
-    compiles each benchmark anew every round)."""
+    (``--drift``: see :class:`~.protocol.Protocol`), and ``--compile --across-rounds`` where
+    ``whole_networks`` (commands that time whole networks with
+    :func:`~.networks.measure_networks`; a calibration campaign compiles each benchmark anew
+    every round and pools its rounds)."""
     group = parser.add_argument_group("measuring protocol")
     group.add_argument("--rounds", type=int, default=defaults.rounds,
                        help=f"interleaved rounds over all networks (default {defaults.rounds})")
@@ -29,7 +30,11 @@ def add_protocol_arguments(parser: argparse.ArgumentParser, defaults: Protocol =
     group.add_argument("--drift", choices=DRIFTS, default=defaults.drift,
                        help="canary: divide each round by a canary network timed before it (for a machine "
                             f"whose speed drifts; see annette-torch noise); default {defaults.drift}")
-    if compile_option:
+    if whole_networks:
+        group.add_argument("--across-rounds", choices=ACROSS_ROUNDS, default=defaults.across_rounds,
+                           help="pool: the statistic of all rounds' runs pooled; median: the median over rounds of "
+                                "each round's statistic (with --drift canary, for a host with slow spells; see "
+                                f"annette-torch noise) (default {defaults.across_rounds})")
         default = COMPILE_CHOICES[defaults.compile_once]
         group.add_argument("--compile", choices=COMPILE_CHOICES, default=default,
                            help="once: compile each network once and keep it for all its rounds (rounds cost "
@@ -43,4 +48,5 @@ def protocol_from(args: argparse.Namespace, backend, defaults: Protocol = Protoc
     check_drift(backend, args.drift)
     return Protocol(rounds=args.rounds, warmup=args.warmup, repeats=args.repeats, statistic=args.statistic,
                     drift=args.drift, canary_repeats=defaults.canary_repeats,
-                    compile_once=getattr(args, "compile", COMPILE_CHOICES[defaults.compile_once]) == "once")
+                    compile_once=getattr(args, "compile", COMPILE_CHOICES[defaults.compile_once]) == "once",
+                    across_rounds=getattr(args, "across_rounds", defaults.across_rounds))

@@ -27,8 +27,8 @@ from torch import nn
 from ..backends.base import BackendError
 from .canary import can_time_canary, canary_timer
 from .machine_load import MachineState, between, machine_state, read_cpu_times
-from .protocol import REFERENCE_ROUNDS, ItemFailed, Measured, Protocol, Session, combine, spread_of, statistic_ms, \
-    interleave
+from .protocol import DEFAULT_STATISTIC, ItemFailed, Measured, Protocol, Session, canary_reference, combine, \
+    interleave, spread_of
 
 Item = tuple[Hashable, Callable[[], nn.Module], Sequence[int]]
 #: seconds the machine check watches /proc/stat for before a session
@@ -66,19 +66,20 @@ def protocol_canary(backend, protocol: Protocol) -> Iterator[Callable[[], Sequen
         yield canary
 
 
-def check_machine(canary: Callable[[], Sequence[float]] | None, threads: int, warn: bool = True,
-                  interval_s: float | None = None) -> tuple[MachineState, list[float]]:
-    """The machine's state (:func:`~.machine_load.machine_state`) with the spread of
-    :data:`~.protocol.REFERENCE_ROUNDS` canary timings as its noise, and those runs
-    (empty without a canary), watching ``interval_s`` (default :data:`CHECK_INTERVAL_S`);
-    warns when the machine is too busy."""
+def check_machine(canary: Callable[[], Sequence[float]] | None, threads: int, statistic: str = DEFAULT_STATISTIC,
+                  warn: bool = True, interval_s: float | None = None) -> tuple[MachineState, float | None]:
+    """The machine's state (:func:`~.machine_load.machine_state`, watching ``interval_s``,
+    default :data:`CHECK_INTERVAL_S`) with the spread of the canary's runs as its noise,
+    and the canary's reference time for ``statistic`` (:func:`~.protocol.canary_reference`;
+    None without a canary); warns when the machine is too busy."""
     state = machine_state(threads=threads, interval_s=CHECK_INTERVAL_S if interval_s is None else interval_s)
-    runs = [t for _ in range(REFERENCE_ROUNDS) for t in canary()] if canary is not None else []
-    if runs:
+    reference_ms = None
+    if canary is not None:
+        reference_ms, runs = canary_reference(canary, statistic)
         state = dataclasses.replace(state, noise=spread_of(runs))
     if warn:
         state.warn()
-    return state, runs
+    return state, reference_ms
 
 
 def measure_networks(backend, items: Sequence[Item], protocol: Protocol = Protocol(),
@@ -126,18 +127,18 @@ def measure_networks(backend, items: Sequence[Item], protocol: Protocol = Protoc
 
     def finished(key: Hashable, rounds: list, factors: list[float]) -> None:
         release(key)
-        measured[key] = combine(rounds, factors, protocol.statistic)
+        measured[key] = combine(rounds, factors, protocol.statistic, protocol.across_rounds)
         if on_measured is not None:
             on_measured(key, measured[key])
 
     measured: dict[Hashable, Measured] = {}
     with contextlib.ExitStack() as session_end, protocol_canary(backend, protocol) as canary:
         session_end.callback(release_all)
-        before, runs = check_machine(canary, backend.threads, warn)
+        before, session_reference_ms = check_machine(canary, backend.threads, protocol.statistic, warn)
         if protocol.drift != "canary":
             canary = None
-        elif runs and reference_ms is None:
-            reference_ms = statistic_ms(runs, protocol.statistic)
+        elif reference_ms is None:
+            reference_ms = session_reference_ms
         if on_start is not None:
             on_start(reference_ms if canary is not None else None)
         start = read_cpu_times()

@@ -9,8 +9,12 @@ factor, the geometric mean of the canary before and after it over the canary's
 *reference* time (``drift="canary"``). The reference is recorded beside the results
 (``protocol.json``, :mod:`.record`) the first time a folder is measured, so later
 sessions are expressed against the same machine state; without one the session times
-the canary ``REFERENCE_ROUNDS`` times at its start. A session's value for an item is
-``statistic`` of all its corrected runs pooled over the rounds. ``annette-torch noise``
+the canary :data:`REFERENCE_BURSTS` times in a row at its start (about two seconds) and
+takes the 10th percentile of those timings (:func:`canary_reference`): the machine's fast
+state, which one burst is not on a host whose slow spells last 0.5-2 s. A session's value
+for an item is ``statistic`` of all its corrected runs pooled over the rounds
+(``across_rounds="pool"``) or the median over rounds of each round's ``statistic``
+(``"median"``). ``annette-torch noise``
 shows on a given machine whether the correction pays: the round-to-round differences of
 a few small networks with and without it.
 
@@ -28,15 +32,17 @@ those differences; most of the disagreement is noise that hit one network and no
 others, which is what interleaving spreads out. The default drift correction is "none":
 measured twice minutes apart on a quiet shared machine, the accuracy benchmark's networks
 agreed to 0.91 % as timed against 3.51 % canary-corrected (``benchmarks/reproducibility.py``,
-docs/accuracy.md); the canary's own noise outweighed the drift. The statistic is a parameter
-(:data:`STATISTICS`); calibration stores and ground truth record theirs
-(:mod:`.record`), and a folder is never continued with another.
+docs/accuracy.md); the canary's own noise outweighed the drift. On a host with slow spells
+(docs/cross-cpu.md, 2026-12-05) the canary and the median over rounds are what made two
+passes agree: ``--rounds 12 --compile once --drift canary --across-rounds median``. The
+statistic is a parameter (:data:`STATISTICS`); calibration stores and ground truth record
+theirs (:mod:`.record`), and a folder is never continued with another.
 """
 from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Generic, Hashable, Sequence, TypeVar
 
 import numpy as np
@@ -48,8 +54,10 @@ STATISTICS: tuple[str, ...] = ("min", "p10", "p25", "median")
 DEFAULT_STATISTIC = "p10"
 #: drift corrections: against the canary, or none
 DRIFTS: tuple[str, ...] = ("canary", "none")
-#: the canary's timings at a session's start that make its reference, when none is recorded
-REFERENCE_ROUNDS = 6
+#: how to combine an item's rounds: the statistic of all runs pooled, or the median of each round's statistic
+ACROSS_ROUNDS: tuple[str, ...] = ("pool", "median")
+#: the canary's timings in a row at a session's start that make its reference, when none is recorded
+REFERENCE_BURSTS = 500
 _PERCENTILE = {"p10": 10.0, "p25": 25.0, "median": 50.0}
 
 
@@ -66,6 +74,17 @@ def statistic_ms(runs_ms: Sequence[float], statistic: str) -> float:
     return float(np.percentile(runs, _PERCENTILE[statistic]))
 
 
+def canary_reference(canary: Callable[[], Sequence[float]], statistic: str) -> tuple[float, list[float]]:
+    """The canary's reference time and the runs it rests on: ``canary()`` timed
+    :data:`REFERENCE_BURSTS` times in a row, each timing reduced to ``statistic``, and the
+    10th percentile of those values, the machine's fast state (a single timing may fall in a
+    slow spell of a shared host: the references of three sessions started one in a slow
+    spell lay 0.126-0.209 ms apart, docs/cross-cpu.md)."""
+    bursts = [list(canary()) for _ in range(REFERENCE_BURSTS)]
+    reference = float(np.percentile([statistic_ms(runs, statistic) for runs in bursts], 10))
+    return reference, [t for runs in bursts for t in runs]
+
+
 def spread_of(runs_ms: Sequence[float]) -> float:
     """(p90 - p10) / median of the runs, the relative noise :class:`~annette_torch.backends.Latency` reports."""
     p10, median, p90 = np.percentile(np.asarray(runs_ms, dtype=float), [10, 50, 90])
@@ -80,7 +99,10 @@ class Protocol:
     "none"; ``compile_once``: whole networks (:func:`~.networks.measure_networks`) are
     compiled once and kept for all their rounds instead of anew every round (rounds then
     cost only their runs: ``--rounds 12 --compile once`` for a noisy host,
-    docs/cross-cpu.md). The canary's 20 runs cost a few milliseconds per item and round; on a
+    docs/cross-cpu.md); ``across_rounds``: an item's value is ``statistic`` of its runs
+    pooled over the rounds ("pool") or the median over rounds of each round's ``statistic``
+    ("median": one slow round cannot move it; with the canary, one badly corrected round
+    neither). The canary's 20 runs cost a few milliseconds per item and round; on a
     simulated quiet machine its own noise made corrected rounds 40 % noisier than
     uncorrected ones with 5 runs and 9 % with 20, while on a drifting one (1 % a second)
     the correction cut the round-to-round difference from 3.2 % to 0.25 %
@@ -93,6 +115,7 @@ class Protocol:
     drift: str = "none"
     canary_repeats: int = 20
     compile_once: bool = False
+    across_rounds: str = "pool"
 
     def __post_init__(self) -> None:
         for name, low in (("rounds", 1), ("warmup", 0), ("repeats", 1), ("canary_repeats", 1)):
@@ -103,6 +126,9 @@ class Protocol:
             raise ValueError(f"protocol: statistic must be one of {', '.join(STATISTICS)}, got {self.statistic!r}")
         if self.drift not in DRIFTS:
             raise ValueError(f"protocol: drift must be one of {', '.join(DRIFTS)}, got {self.drift!r}")
+        if self.across_rounds not in ACROSS_ROUNDS:
+            raise ValueError(f"protocol: across_rounds must be one of {', '.join(ACROSS_ROUNDS)}, "
+                             f"got {self.across_rounds!r}")
         if not isinstance(self.compile_once, bool):
             raise ValueError(f"protocol: compile_once must be True or False, got {self.compile_once!r}")
 
@@ -114,7 +140,13 @@ class Protocol:
         drift = "canary drift correction" if self.drift == "canary" else "no drift correction"
         compiled = "compiled once" if self.compile_once else "compiled anew each round"
         return (f"{self.rounds} interleaved round(s) of {self.warmup} warm-up + {self.repeats} timed runs, "
-                f"{self.statistic} of the pooled runs, {drift}, {compiled}")
+                f"{describe_statistic(self.statistic, self.across_rounds)}, {drift}, {compiled}")
+
+
+def describe_statistic(statistic: str, across_rounds: str) -> str:
+    """How an item's value is taken from its runs, in words: "p10 of the pooled runs"."""
+    return (f"median over rounds of each round's {statistic}" if across_rounds == "median"
+            else f"{statistic} of the pooled runs")
 
 
 @dataclass(frozen=True)
@@ -122,7 +154,8 @@ class Measured:
     """One item's measurement over a session's rounds.
 
     ``time_ms``: the protocol's statistic of ``runs_ms``, every round's runs divided by
-    that round's drift factor and pooled. ``factors``: per round, local canary time over
+    that round's drift factor, pooled (``across_rounds="pool"``) or per round with the
+    median over rounds (``"median"``). ``factors``: per round, local canary time over
     the reference (1 without drift correction). ``raw_runs_ms``: the runs as timed.
     ``spread``: (p90 - p10) / median of ``runs_ms``.
     """
@@ -133,13 +166,17 @@ class Measured:
     raw_runs_ms: tuple[float, ...]
     round_sizes: tuple[int, ...]
     factors: tuple[float, ...]
+    across_rounds: str = "pool"
 
     @property
     def spread(self) -> float:
         return spread_of(self.runs_ms)
 
     def value(self, statistic: str | None = None, corrected: bool = True) -> float:
-        """``statistic`` (default: the session's) of the pooled runs, drift-corrected or as timed."""
+        """``statistic`` (default: the session's) of the runs, drift-corrected or as timed,
+        combined across rounds as the session did (pooled, or the median of the rounds)."""
+        if self.across_rounds == "median":
+            return float(np.median(self.round_values(statistic, corrected)))
         return statistic_ms(self.runs_ms if corrected else self.raw_runs_ms, statistic or self.statistic)
 
     def round_values(self, statistic: str | None = None, corrected: bool = True) -> list[float]:
@@ -149,16 +186,19 @@ class Measured:
         return [statistic_ms(runs[a:b], statistic or self.statistic) for a, b in zip(edges[:-1], edges[1:])]
 
 
-def combine(rounds_runs_ms: Sequence[Sequence[float]], factors: Sequence[float], statistic: str) -> Measured:
+def combine(rounds_runs_ms: Sequence[Sequence[float]], factors: Sequence[float], statistic: str,
+            across_rounds: str = "pool") -> Measured:
     """The :class:`Measured` of one item from its runs per round and the rounds' drift factors."""
     if len(rounds_runs_ms) != len(factors) or not rounds_runs_ms:
         raise ValueError(f"need one drift factor per round and at least one round, got {len(rounds_runs_ms)} "
                          f"round(s) and {len(factors)} factor(s)")
+    if across_rounds not in ACROSS_ROUNDS:
+        raise ValueError(f"across_rounds must be one of {', '.join(ACROSS_ROUNDS)}, got {across_rounds!r}")
     raw = [np.asarray(runs, dtype=float) for runs in rounds_runs_ms]
     corrected = np.concatenate([runs / f for runs, f in zip(raw, factors)])
-    return Measured(statistic_ms(corrected, statistic), statistic, tuple(map(float, corrected)),
-                    tuple(float(t) for runs in raw for t in runs), tuple(len(r) for r in raw),
-                    tuple(float(f) for f in factors))
+    measured = Measured(math.nan, statistic, tuple(map(float, corrected)), tuple(float(t) for runs in raw for t in runs),
+                        tuple(len(r) for r in raw), tuple(float(f) for f in factors), across_rounds)
+    return replace(measured, time_ms=measured.value())
 
 
 class ItemFailed(Exception):
@@ -202,8 +242,7 @@ def interleave(keys: Sequence[Hashable], measure: Callable[[Hashable], T], proto
 
     ``measure(key)`` returns one round's result or raises :class:`ItemFailed`, which drops
     the key (recorded in ``failures``) from this and later rounds. Without
-    ``reference_ms`` the canary is timed :data:`REFERENCE_ROUNDS` times first and the
-    statistic of those runs is the reference. ``on_finished(key, results, factors)`` is
+    ``reference_ms`` the reference is :func:`canary_reference`, timed first. ``on_finished(key, results, factors)`` is
     called once a key's last round and the canary after it are done, so callers can
     commit it before the session ends. ``progress``: a tqdm bar updated per item-round.
     """
@@ -214,8 +253,7 @@ def interleave(keys: Sequence[Hashable], measure: Callable[[Hashable], T], proto
     session: Session[T] = Session(protocol.statistic, None)
     if use_canary:
         if reference_ms is None:
-            session.reference_runs_ms = [t for _ in range(REFERENCE_ROUNDS) for t in canary()]
-            reference_ms = statistic_ms(session.reference_runs_ms, protocol.statistic)
+            reference_ms, session.reference_runs_ms = canary_reference(canary, protocol.statistic)
         if not (math.isfinite(reference_ms) and reference_ms > 0):
             raise ValueError(f"the canary's reference time must be a positive number of ms, got {reference_ms!r}")
         session.reference_ms = float(reference_ms)
