@@ -29,7 +29,9 @@ def add_protocol_arguments(parser: argparse.ArgumentParser, defaults: Protocol =
                        help=f"statistic of the pooled runs of all rounds (default {defaults.statistic})")
     group.add_argument("--drift", choices=DRIFTS, default=defaults.drift,
                        help="canary: divide each round by a canary network timed before it (for a machine "
-                            f"whose speed drifts; see annette-torch noise); default {defaults.drift}")
+                            "whose speed drifts; see annette-torch noise). With min or p10, use it where rounds are "
+                            "combined by their median (--across-rounds median): pooled, a noisy correction made "
+                            f"timings less reproducible; default {defaults.drift}")
     if whole_networks:
         group.add_argument("--across-rounds", choices=ACROSS_ROUNDS, default=defaults.across_rounds,
                            help="pool: the statistic of all rounds' runs pooled; median: the median over rounds of "
