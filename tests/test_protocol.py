@@ -161,7 +161,7 @@ def test_the_canary_recovers_a_known_synthetic_drift():
     drift = lambda t: (1 + 0.03 * t) * (1 + 0.1 * math.sin(t))  # noqa: E731
     protocol = Protocol(rounds=3, repeats=10, statistic="p10", drift="canary")
     machine = SyntheticMachine(drift)
-    machine.t = 3.0                                  # the session starts 3 s in, the reference given: the canary's own time
+    machine.t = 3.0                 # the session starts 3 s in; the reference given (the canary's own time)
     session, measured = _session(machine, protocol, reference_ms=0.5)
     raw, corrected = _relative_errors(measured, False), _relative_errors(measured, True)
     assert raw.max() > 0.1                           # uncorrected, the drift shows through

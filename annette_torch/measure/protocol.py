@@ -78,8 +78,8 @@ def canary_reference(canary: Callable[[], Sequence[float]], statistic: str) -> t
     """The canary's reference time and the runs it rests on: ``canary()`` timed
     :data:`REFERENCE_BURSTS` times in a row, each timing reduced to ``statistic``, and the
     10th percentile of those values, the machine's fast state (a single timing may fall in a
-    slow spell of a shared host: the references of three sessions started one in a slow
-    spell lay 0.126-0.209 ms apart, docs/cross-cpu.md)."""
+    slow spell of a shared host: three sessions' one-timing references lay 0.126-0.209 ms
+    apart, these 0.124-0.125 ms; docs/cross-cpu.md)."""
     bursts = [list(canary()) for _ in range(REFERENCE_BURSTS)]
     reference = float(np.percentile([statistic_ms(runs, statistic) for runs in bursts], 10))
     return reference, [t for runs in bursts for t in runs]
@@ -196,8 +196,9 @@ def combine(rounds_runs_ms: Sequence[Sequence[float]], factors: Sequence[float],
         raise ValueError(f"across_rounds must be one of {', '.join(ACROSS_ROUNDS)}, got {across_rounds!r}")
     raw = [np.asarray(runs, dtype=float) for runs in rounds_runs_ms]
     corrected = np.concatenate([runs / f for runs, f in zip(raw, factors)])
-    measured = Measured(math.nan, statistic, tuple(map(float, corrected)), tuple(float(t) for runs in raw for t in runs),
-                        tuple(len(r) for r in raw), tuple(float(f) for f in factors), across_rounds)
+    measured = Measured(math.nan, statistic, tuple(map(float, corrected)),
+                        tuple(float(t) for runs in raw for t in runs), tuple(len(r) for r in raw),
+                        tuple(float(f) for f in factors), across_rounds)
     return replace(measured, time_ms=measured.value())
 
 
@@ -242,7 +243,8 @@ def interleave(keys: Sequence[Hashable], measure: Callable[[Hashable], T], proto
 
     ``measure(key)`` returns one round's result or raises :class:`ItemFailed`, which drops
     the key (recorded in ``failures``) from this and later rounds. Without
-    ``reference_ms`` the reference is :func:`canary_reference`, timed first. ``on_finished(key, results, factors)`` is
+    ``reference_ms`` the reference is :func:`canary_reference`, timed first.
+    ``on_finished(key, results, factors)`` is
     called once a key's last round and the canary after it are done, so callers can
     commit it before the session ends. ``progress``: a tqdm bar updated per item-round.
     """

@@ -29,7 +29,8 @@ from .protocol import ACROSS_ROUNDS, DRIFTS, STATISTICS, Protocol, describe_stat
 
 RECORD_FILE = "protocol.json"
 #: what the folders measured before this protocol existed hold: the median of one round, uncorrected
-LEGACY = {"statistic": "median", "across_rounds": "pool", "drift": "none", "canary": None, "canary_ms": None, "since": None}
+LEGACY = {"statistic": "median", "across_rounds": "pool", "drift": "none", "canary": None, "canary_ms": None,
+          "since": None}
 
 
 def read_record(folder: str | os.PathLike) -> dict[str, Any] | None:
