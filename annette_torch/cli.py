@@ -445,7 +445,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
     from .calibration.store import store_folders
     from .fit import fit_profile, format_report
     from .profiles.fingerprint import adapt_command, is_local
-    from .transfer.adapt import anchor_on_references, print_fit, stored_references
+    from .transfer.adapt import anchor_fit_or_prior, anchor_on_references, print_fit, stored_references
 
     folders = store_folders(args.data)
     if not folders:
@@ -472,8 +472,16 @@ def cmd_fit(args: argparse.Namespace) -> int:
         if references:
             print(f"anchoring on the {len(references)} reference networks of {folder}/references.csv "
                   f"(whole networks, which small benchmarks may not predict; --no-anchor keeps the fit as it is)")
-            anchored = anchor_on_references(profile, references, seed=args.seed)
-            print_fit(anchored, profile, references)
+            if args.prior:
+                anchored, source, scores = anchor_fit_or_prior(profile, load_profile(args.prior), references,
+                                                               seed=args.seed)
+                if None not in scores.values():
+                    print(f"leave-one-out mean |log error| on the references, anchored: the fit {scores['fit']:.3f}, "
+                          f"the prior {scores['prior']:.3f}; keeping "
+                          + ("the fit" if source is profile else f"the prior ({args.prior}), anchored"))
+            else:
+                anchored, source = anchor_on_references(profile, references, seed=args.seed), profile
+            print_fit(anchored, source, references)
             profile = anchored
         path = profile.save(Path(args.out) / f"{profile.name}.json")
         print(f"wrote {path}")

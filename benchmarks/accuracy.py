@@ -34,6 +34,10 @@ spread) to ``sessions.jsonl`` there; the report prints it beside the accuracy.
 ``--ground-truth FOLDER`` scores on that results folder as it is (another machine's, e.g. the
 committed ``benchmarks/results/<fingerprint folder>`` of the README's figures), measuring
 nothing, whatever this machine is.
+A profile adapted (``annette-torch adapt``) or anchored (``fit`` on a campaign's
+references) on networks that are also in these sets (the reference pool holds 17 of the
+zoo's classifiers) is not scored on them: they form set ``references`` (in-sample, marked
+in the per-network table) and are left out of their own set and ``all``.
 Variants: ``flops`` (time = scale * ops, one scale fitted in-sample as the geometric
 mean of measured/ops, so it is optimistic) and each layer-model type of the profile
 with (``+map``) and without (``-map``) the mapping model.
@@ -412,13 +416,17 @@ def evaluate(profile: str, nets: list[Network], measured: pd.DataFrame,
     ``graphs`` caches traced graphs by (set, name) across calls. ``measured_kernels``: a
     table of kernels measured in context (``calibrate --for``) every estimator consults
     first (``Estimator(measured=...)``). Returns ``variants``,
-    ``sets`` (metrics per set and variant), ``rows`` (per network: measured, spread, ops,
-    one estimate per variant), ``notes``, ``unknown`` (network -> unknown-kind warnings)
-    and ``failures`` (networks that failed to trace)."""
+    ``sets`` (metrics per set and variant; the reference networks an adapted or anchored
+    profile was fitted on count only in set ``references``, not in their own set or
+    ``all``), ``rows`` (per network: measured, spread, ops, ``reference``, one estimate per
+    variant), ``notes``, ``unknown`` (network -> unknown-kind warnings) and ``failures``
+    (networks that failed to trace)."""
     graphs = {} if graphs is None else graphs
     by_key = {(r.set, r.network): r for r in measured.itertuples()}
     truth = GROUND_TRUTH[statistic]
-    types = load_profile(profile).model_types()
+    loaded = load_profile(profile)
+    types = loaded.model_types()
+    references = set(loaded.adaptation.reference_networks) if loaded.adaptation is not None else set()
     notes = [f"profile {profile!r} has no {t!r} layer models: skipped" for t in MODEL_TYPES if t not in types]
     estimators = {f"{t}{'+map' if m else '-map'}": Estimator(profile, model_type=t, use_mapping=m,
                                                               measured=measured_kernels)
@@ -435,7 +443,8 @@ def evaluate(profile: str, nets: list[Network], measured: pd.DataFrame,
             failures.append(f"{net.set}/{net.name}: {type(error).__name__}: {str(error).splitlines()[0]}")
             continue
         row = {"set": net.set, "network": net.name, "measured_ms": float(getattr(by_key[key], truth)),
-               "spread": float(by_key[key].spread), "ops": graphs[key].total("ops")}
+               "spread": float(by_key[key].spread), "ops": graphs[key].total("ops"),
+               "reference": net.name in references}
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             for variant, est in estimators.items():
@@ -452,10 +461,17 @@ def evaluate(profile: str, nets: list[Network], measured: pd.DataFrame,
     notes.append(f"flops: time = {scale:.4g} ms/op * ops, scale fitted in-sample on these {len(frame)} "
                  f"networks (geometric mean of measured/ops): an optimistic baseline")
     variants = ["flops", *estimators]
-    subsets = [(name, frame[(frame["set"] == of) & frame["network"].isin(members)])
+    held_out = frame[~frame["reference"]]
+    if len(held_out) < len(frame):
+        notes.append(f"{len(frame) - len(held_out)} of these networks are reference networks the profile was "
+                     f"adapted or anchored on (in-sample): scored apart as set 'references', left out of the others")
+    subsets = [(name, held_out[(held_out["set"] == of) & held_out["network"].isin(members)])
                for name, (of, members) in SUBSETS.items()]
-    groups = [*frame.groupby("set", sort=False), *[(n, g) for n, g in subsets if len(g) >= 2], ("all", frame)]
-    sets = {name: {v: metrics(group["measured_ms"], group[v]) for v in variants} for name, group in groups}
+    groups = [*held_out.groupby("set", sort=False), *[(n, g) for n, g in subsets if len(g) >= 2],
+              *([("references", frame[frame["reference"]])] if len(held_out) < len(frame) else []),
+              ("all", held_out)]
+    sets = {name: {v: metrics(group["measured_ms"], group[v]) for v in variants} for name, group in groups
+            if len(group)}
     return {"variants": variants, "sets": sets, "rows": frame.to_dict("records"), "notes": notes,
             "unknown": unknown, "failures": failures}
 
@@ -489,7 +505,7 @@ def print_report(summary: dict, source: Path, measured: pd.DataFrame, sessions: 
     for row in summary["rows"]:
         error = (row[main] - row["measured_ms"]) / row["measured_ms"] * 100
         print(f"{row['set']:<6}{row['network']:<92}{row['measured_ms']:9.3f}{row['spread']:8.3f}"
-              f"{row[main]:9.3f}{error:8.1f}")
+              f"{row[main]:9.3f}{error:8.1f}" + ("  reference" if row.get("reference") else ""))
     if summary["unknown"]:
         print(f"\nunknown kinds in {len(summary['unknown'])} networks (estimated with the roofline fallback):")
         for message in summary["unknown"].values():

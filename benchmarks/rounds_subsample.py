@@ -18,10 +18,13 @@ from __future__ import annotations
 import gzip
 import json
 import sys
+from typing import Callable
 
 import numpy as np
 
-STATISTICS = {"p10": lambda runs: np.percentile(runs, 10), "min": np.min, "median": np.median}
+from annette_torch.measure.protocol import Measured, combine
+
+STATISTICS = ("p10", "min", "median")
 
 
 def subsets(rounds: int) -> dict[str, list[int]]:
@@ -31,47 +34,47 @@ def subsets(rounds: int) -> dict[str, list[int]]:
             f"all {rounds}": list(range(rounds))}
 
 
+def rebuilt(item: dict, repeats: int, chosen: list[int], across_rounds: str) -> Measured:
+    """The :class:`Measured` of a pass's item (``measured_json``) from the chosen rounds'
+    runs as timed and their canary factors."""
+    per_round = np.asarray(item["raw_runs_ms"]).reshape(-1, repeats)
+    return combine([per_round[i] for i in chosen], [item["factors"][i] for i in chosen], "p10", across_rounds)
+
+
+def agreement(first: dict, second: dict, sets: list[str], value: Callable[[dict], float]) -> str:
+    """Per set and over all items of both passes: mean |value(second) / value(first) - 1|, as columns."""
+    agree = {k: abs(value(second[k]) / value(first[k]) - 1) for k in first if k in second}
+    per_set = [np.mean([v for k, v in agree.items() if k.split("/")[0] == s]) for s in sets]
+    return "".join(f"{v * 100:8.2f}%" for v in [*per_set, np.mean(list(agree.values()))])
+
+
 def main(path: str) -> None:
     opener = gzip.open if path.endswith(".gz") else open
     with opener(path, "rt") as handle:
         data = json.load(handle)
     first, second = data["passes"]
     rounds, repeats = data["protocol"]["rounds"], data["protocol"]["repeats"]
-    keys = [k for k in first if k in second]
-    sets = sorted({k.split("/")[0] for k in keys})
+    sets = sorted({k.split("/")[0] for k in first if k in second})
+    everything = list(range(rounds))
 
-    def runs(measured: dict, chosen: list[int]) -> np.ndarray:
-        return np.asarray(measured["raw_runs_ms"]).reshape(-1, repeats)[chosen].ravel()
-
-    print(f"{path}: {len(keys)} networks, {rounds} rounds of {repeats} runs, two passes "
+    print(f"{path}: {sum(k in second for k in first)} networks, {rounds} rounds of {repeats} runs, two passes "
           f"({'compiled once' if data['protocol'].get('compile_once') else 'compiled anew each round'})")
     print(f"{'statistic':<10}{'rounds':<12}" + "".join(f"{s:>9}" for s in sets) + f"{'all':>9}")
-    for name, statistic in STATISTICS.items():
+    for statistic in STATISTICS:
         for label, chosen in subsets(rounds).items():
-            if max(chosen) >= rounds:
-                continue
-            agree = {k: abs(statistic(runs(second[k], chosen)) / statistic(runs(first[k], chosen)) - 1) for k in keys}
-            per_set = [np.mean([v for k, v in agree.items() if k.split("/")[0] == s]) for s in sets]
-            print(f"{name:<10}{label:<12}" + "".join(f"{v * 100:8.2f}%" for v in per_set)
-                  + f"{np.mean(list(agree.values())) * 100:8.2f}%")
-
-    def value(measured: dict, statistic, across: str, corrected: bool) -> float:
-        per_round = np.asarray(measured["raw_runs_ms"]).reshape(-1, repeats)
-        if corrected:
-            per_round = per_round / np.asarray(measured["factors"])[:, None]
-        return float(np.median([statistic(r) for r in per_round])) if across == "median" else statistic(per_round)
+            if max(chosen) < rounds:
+                print(f"{statistic:<10}{label:<12}" + agreement(first, second, sets, lambda item: rebuilt(
+                    item, repeats, chosen, "pool").value(statistic, corrected=False)))
 
     drifts = (False, True) if data["protocol"].get("drift") == "canary" else (False,)
     print(f"\nall {rounds} rounds: {'statistic':<10}{'across rounds':<15}{'drift':<11}"
           + "".join(f"{s:>9}" for s in sets) + f"{'all':>9}")
-    for name, statistic in STATISTICS.items():
+    for statistic in STATISTICS:
         for across in ("pool", "median"):
             for corrected in drifts:
-                agree = {k: abs(value(second[k], statistic, across, corrected)
-                                / value(first[k], statistic, across, corrected) - 1) for k in keys}
-                per_set = [np.mean([v for k, v in agree.items() if k.split("/")[0] == s]) for s in sets]
-                print(f"{'':<15}{name:<10}{across:<15}{'corrected' if corrected else 'as timed':<11}"
-                      + "".join(f"{v * 100:8.2f}%" for v in per_set) + f"{np.mean(list(agree.values())) * 100:8.2f}%")
+                print(f"{'':<15}{statistic:<10}{across:<15}{'corrected' if corrected else 'as timed':<11}"
+                      + agreement(first, second, sets, lambda item: rebuilt(
+                          item, repeats, everything, across).value(statistic, corrected)))
 
 
 if __name__ == "__main__":

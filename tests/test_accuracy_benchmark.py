@@ -203,6 +203,33 @@ def test_evaluate_two_tiny_networks_with_every_variant():
     assert accuracy.main_variant(summary["variants"]) == "refined_roofline+map"
 
 
+def test_an_adapted_profiles_reference_networks_are_scored_apart():
+    """A network the profile was adapted on (its reference) is in-sample: it counts in set
+    'references' only, not in its own set or 'all'."""
+    import dataclasses
+
+    from annette_torch import load_profile
+    from annette_torch.layer_models.adapted import Adaptation
+
+    profile = dataclasses.replace(load_profile("ncs2-myriad"), name="ncs2-adapted",
+                                  adaptation=Adaptation(compute_scale=2.0, memory_scale=2.0, source="ncs2-myriad",
+                                                        terms=("scale",), samples=1,
+                                                        reference_networks=("small",)))
+    nets = [*_nets(), accuracy.Network("a", "other", (1, 3, 8, 8), lambda: nn.Conv2d(3, 8, 3).eval())]
+    measured = pd.DataFrame({"set": ["a", "b", "a"], "network": ["small", "tiny", "other"],
+                             "median_ms": [0.5, 0.1, 0.3], "spread": [0.05, 0.1, 0.1]})
+    summary = accuracy.evaluate(profile, nets, measured, statistic="median")
+    assert [(row["network"], row["reference"]) for row in summary["rows"]] == [
+        ("small", True), ("tiny", False), ("other", False)]
+    assert set(summary["sets"]) == {"a", "b", "references", "all"}
+    rows = {row["network"]: row for row in summary["rows"]}
+    error = {name: abs(row["refined_roofline+map"] / row["measured_ms"] - 1) * 100 for name, row in rows.items()}
+    assert summary["sets"]["a"]["refined_roofline+map"]["mape"] == pytest.approx(error["other"])
+    assert summary["sets"]["references"]["refined_roofline+map"]["mape"] == pytest.approx(error["small"])
+    assert summary["sets"]["all"]["refined_roofline+map"]["mape"] == pytest.approx((error["tiny"] + error["other"]) / 2)
+    assert any("1 of these networks are reference networks" in note for note in summary["notes"])
+
+
 def test_the_timm_set_is_the_coverage_list_below_the_compute_cap():
     coverage_spec = importlib.util.spec_from_file_location(
         "timm_coverage", Path(__file__).parents[1] / "benchmarks" / "timm_coverage.py")

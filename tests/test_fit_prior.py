@@ -233,6 +233,29 @@ def test_fit_anchors_the_profile_on_the_stores_reference_networks(tmp_path, caps
         assert plain(graph) == pytest.approx(1.5 * _estimator(prior)(graph), rel=0.03)
 
 
+def test_fit_keeps_the_prior_when_it_predicts_the_left_out_references_better(tmp_path, capsys, prior, quick_specs):
+    """Conv benchmarks 4 times the prior, the rest as the prior, whole reference networks
+    2 times the prior: the fit's per-kind factors mispredict the references (no one scale
+    mends them), the prior anchored predicts them exactly, so fit keeps the prior."""
+    convs = {"conv2d", "conv_chain", "conv_pool", "dw_separable", "inverted_residual", "residual"}
+    synthetic_store(tmp_path / "store", prior, [s for s in quick_specs if s.family in convs], 4.0)
+    folder = synthetic_store(tmp_path / "store", prior, [s for s in quick_specs if s.family not in convs], 1.0)
+    cells = _reference_cells(4)
+    graphs = [trace(net.build(), input_shape=net.input_shape, name=net.name) for net in cells]
+    with MeasurementStore.open(tmp_path / "store", FINGERPRINT) as store:
+        store.append_references([{"benchmark": net.name, "set": net.set, "time_ms": 2.0 * _estimator(prior)(g),
+                                  "finished_utc": "2026-12-05T04:00:00+00:00"} for net, g in zip(cells, graphs)])
+    assert main(["fit", "--data", str(folder), "--out", str(tmp_path / "out"), "--prior", PRIOR]) == 0
+    printed = capsys.readouterr().out
+    assert f"keeping the prior ({PRIOR}), anchored" in printed
+    kept = load_profile(tmp_path / "out" / f"{PRIOR}-corrected.json")
+    assert kept.name == f"{PRIOR}-corrected" and kept.correction is None
+    assert kept.fingerprint["cpu"] == "test cpu"        # the store's machine, not the prior's
+    assert "kept over the fit of the store's benchmarks" in kept.description
+    for graph in graphs:
+        assert _estimator(kept)(graph) == pytest.approx(2.0 * _estimator(prior)(graph), rel=0.03)
+
+
 def test_a_reference_network_this_version_does_not_know_is_refused_naming_it(tmp_path, capsys, prior, quick_specs):
     folder = synthetic_store(tmp_path, prior, quick_specs[:4], 1.0)
     with MeasurementStore.open(tmp_path, FINGERPRINT) as store:

@@ -21,7 +21,7 @@ from ..measure import Protocol
 from ..measure.networks import NetworkSession, measure_networks
 from ..profiles import Profile, builtin_names, load_profile
 from .descriptor import LOCAL_DESCRIPTORS, DeviceDescriptor, local_sources, profile_from_descriptor
-from .fewshot import Sample, adapt_profile, backend_mapping, choose_source, unadapted
+from .fewshot import SIMPLER_WITHIN, Sample, adapt_profile, backend_mapping, choose_source, unadapted
 from .references import Network, draw, reference_pool
 
 
@@ -143,6 +143,34 @@ def anchor_on_references(profile: Profile, samples: Sequence[Sample], seed: int 
     return dataclasses.replace(
         anchored, description=f"{profile.description}; anchored on {len(samples)} whole reference networks "
                               f"measured with its store ({'+'.join(anchored.adaptation.terms)})")
+
+
+def anchor_fit_or_prior(fitted: Profile, prior: Profile, samples: Sequence[Sample],
+                        seed: int = 0) -> tuple[Profile, Profile, dict[str, float | None]]:
+    """``fitted`` (a store's small benchmarks fitted as corrections of ``prior``) and
+    ``prior`` itself, each anchored on the reference networks ``samples``
+    (:func:`anchor_on_references`). Returns (the anchored profile kept, the profile it was
+    anchored from, the leave-one-out mean |log error| of each on the references, keys
+    "fit" and "prior"). The fit is kept unless the anchored prior predicts the left-out
+    references better by more than :data:`~.fewshot.SIMPLER_WITHIN` (small benchmarks
+    alone predicted whole networks 10-44 % off on other CPUs, docs/cross-cpu.md); a prior
+    kept takes the fit's name and fingerprint. With fewer than 3 references nothing can
+    be left out: the fit is kept."""
+    anchored = anchor_on_references(fitted, samples, seed=seed)
+    if not samples:
+        return anchored, fitted, {"fit": None, "prior": None}
+    base = dataclasses.replace(prior, name=fitted.name, fingerprint=dict(fitted.fingerprint))
+    instead = anchor_on_references(base, samples, seed=seed)
+    scores = {"fit": anchored.adaptation.fit.get("loo_log_error"), "prior": instead.adaptation.fit.get("loo_log_error")}
+    if None in scores.values() or scores["prior"] * SIMPLER_WITHIN >= scores["fit"]:
+        return anchored, fitted, scores
+    return dataclasses.replace(
+        instead, description=f"{prior.name} anchored on {len(samples)} whole reference networks measured with "
+                             f"its store, kept over the fit of the store's benchmarks (leave-one-out mean |log "
+                             f"error| on the references {scores['prior']:.3f} against {scores['fit']:.3f})",
+        notes=[*instead.notes, f"the fit of the store's benchmarks as corrections of {prior.name} predicted the "
+                               f"left-out reference networks worse than {prior.name} itself: the prior was kept"]
+    ), base, scores
 
 
 def few_shot(sources: Sequence[str], backend_name: str, threads: int, precision: str | None, k: int, seed: int,
