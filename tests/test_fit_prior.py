@@ -205,20 +205,23 @@ def test_a_damaged_correction_field_is_refused_naming_it(tmp_path, prior):
         load_profile(path)
 
 
-def _reference_cells(count: int = 3):
+def _measured_references(root, prior, count: int, factor: float) -> list:
+    """The graphs of the reference pool's first ``count`` cells, appended to the store at
+    ``root`` as measured ``factor`` times what ``prior`` estimates."""
     from annette_torch.transfer.references import reference_pool
-    return [net for net in reference_pool() if net.set == "nb201"][:count]
+    cells = [net for net in reference_pool() if net.set == "nb201"][:count]
+    graphs = [trace(net.build(), input_shape=net.input_shape, name=net.name) for net in cells]
+    with MeasurementStore.open(root, FINGERPRINT) as store:
+        store.append_references([{"benchmark": net.name, "set": net.set, "time_ms": factor * _estimator(prior)(g),
+                                  "finished_utc": "2026-12-03T10:00:00+00:00"} for net, g in zip(cells, graphs)])
+    return graphs
 
 
 def test_fit_anchors_the_profile_on_the_stores_reference_networks(tmp_path, capsys, prior, quick_specs):
     """Benchmarks 1.5 times the prior, whole reference networks 2 times: the fitted
     profile is corrected onto the references, unless --no-anchor."""
     folder = synthetic_store(tmp_path / "store", prior, quick_specs, 1.5)
-    cells = _reference_cells()
-    graphs = [trace(net.build(), input_shape=net.input_shape, name=net.name) for net in cells]
-    with MeasurementStore.open(tmp_path / "store", FINGERPRINT) as store:
-        store.append_references([{"benchmark": net.name, "set": net.set, "time_ms": 2.0 * _estimator(prior)(g),
-                                  "finished_utc": "2026-12-03T10:00:00+00:00"} for net, g in zip(cells, graphs)])
+    graphs = _measured_references(tmp_path / "store", prior, 3, 2.0)
     assert main(["fit", "--data", str(folder), "--out", str(tmp_path / "anchored"), "--prior", PRIOR]) == 0
     printed = capsys.readouterr().out
     assert f"anchoring on the 3 reference networks of {folder}/references.csv" in printed
@@ -240,11 +243,7 @@ def test_fit_keeps_the_prior_when_it_predicts_the_left_out_references_better(tmp
     convs = {"conv2d", "conv_chain", "conv_pool", "dw_separable", "inverted_residual", "residual"}
     synthetic_store(tmp_path / "store", prior, [s for s in quick_specs if s.family in convs], 4.0)
     folder = synthetic_store(tmp_path / "store", prior, [s for s in quick_specs if s.family not in convs], 1.0)
-    cells = _reference_cells(4)
-    graphs = [trace(net.build(), input_shape=net.input_shape, name=net.name) for net in cells]
-    with MeasurementStore.open(tmp_path / "store", FINGERPRINT) as store:
-        store.append_references([{"benchmark": net.name, "set": net.set, "time_ms": 2.0 * _estimator(prior)(g),
-                                  "finished_utc": "2026-12-05T04:00:00+00:00"} for net, g in zip(cells, graphs)])
+    graphs = _measured_references(tmp_path / "store", prior, 4, 2.0)
     assert main(["fit", "--data", str(folder), "--out", str(tmp_path / "out"), "--prior", PRIOR]) == 0
     printed = capsys.readouterr().out
     assert f"keeping the prior ({PRIOR}), anchored" in printed
