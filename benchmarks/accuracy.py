@@ -428,7 +428,7 @@ def evaluate(profile: str, nets: list[Network], measured: pd.DataFrame,
     types = loaded.model_types()
     references = set(loaded.adaptation.reference_networks) if loaded.adaptation is not None else set()
     notes = [f"profile {profile!r} has no {t!r} layer models: skipped" for t in MODEL_TYPES if t not in types]
-    estimators = {f"{t}{'+map' if m else '-map'}": Estimator(profile, model_type=t, use_mapping=m,
+    estimators = {f"{t}{'+map' if m else '-map'}": Estimator(loaded, model_type=t, use_mapping=m,
                                                               measured=measured_kernels)
                   for t in MODEL_TYPES if t in types for m in (True, False)}
     rows, unknown, failures = [], {}, []
