@@ -266,6 +266,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
     if not args.out and not args.dry_run:
         raise ValueError("calibrate needs --out DIR (where the measurements go)")
+    if args.method != "profile" and (args.models is None or args.prior or args.minutes):
+        raise ValueError("--method applies to calibrate --for MODEL ..., not to a campaign")
     if args.prior or (args.minutes and args.sweep is None):
         return _calibrate_budget(args)
     if (args.sweep is None) == (args.models is None):
@@ -362,12 +364,15 @@ def _calibrate_for(args: argparse.Namespace) -> int:
     options = {"config": args.config} if args.config else {}
     backend = get_backend(args.backend, threads=args.threads, precision=args.precision, **options)
     protocol = protocol_from(args, backend, CALIBRATION_PROTOCOL)
-    print(f"measuring the kernels of {len(args.models)} network(s) on {args.backend} in context: {protocol}")
+    how = "in context" if args.method == "profile" else "end to end, to fit their kernels"
+    print(f"measuring {len(args.models)} network(s) on {args.backend} {how}: {protocol}")
     summary = calibrate_for(args.models, args.backend, args.out, profile=args.profile, threads=args.threads,
                             precision=args.precision, protocol=protocol, input_shape=args.input_shape,
-                            backend_options=options)
+                            backend_options=options, method=args.method)
     if summary.machine:
         print(f"machine before measuring: {summary.machine}")
+    if summary.fit is not None:
+        print(summary.fit)
     for result in summary.results:
         print(result)
     for name in summary.skipped:
@@ -589,6 +594,10 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--profile", help="with --for: the profile whose kernels the table is keyed by (default: the "
                                        "built-in profile of the backend, threads and precision)")
     cal.add_argument("--input-shape", type=_shape, help="with --for: the networks' input shape (default: their own)")
+    cal.add_argument("--method", choices=("profile", "end-to-end"), default="profile",
+                     help="with --for: profile the networks' kernels in context (default), or time the networks "
+                          "whole and fit their kernels to those times and to the networks timed into the table "
+                          "before (end-to-end: no profiler, better for unseen networks of the same search space)")
     cal.add_argument("--out", help="store root (or with --for, table root); a folder per backend fingerprint")
     cal.add_argument("--config",
                      help="backend configuration file (boards: a copy of the shipped example "

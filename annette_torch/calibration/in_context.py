@@ -31,6 +31,9 @@ signature occurs several times in a network the median of its occurrences is kep
 network whose kernels are all in the table already is not measured again, and a kernel
 already in the table is never written again: each distinct kernel is measured once.
 Measuring runs in this process (as ``adapt`` does); the torch thread count is restored.
+
+``method="end-to-end"`` (``--method end-to-end``) profiles nothing: it times the networks
+whole and fits their kernels' times to those times (:mod:`.end_to_end`).
 """
 from __future__ import annotations
 
@@ -59,13 +62,19 @@ from ..graph import LayerGraph, trace
 from ..kinds import FEATURES
 from ..mapping import OUTPUT_REORDER
 from ..measure.kernel_table import KERNELS_FILE, MATCHING, MeasuredKernels, append_kernels, kernel_signatures
-from ..measure.networks import check_machine, protocol_canary
+from ..measure.networks import check_machine, measure_networks, protocol_canary
 from ..measure.protocol import ItemFailed, Protocol, interleave, statistic_ms
 from ..measure.record import LEGACY, differences, new_record, read_record, write_record
 from ..profiles import builtin_names, load_profile
 from .campaign import merge_rounds
+from .end_to_end import NETWORKS_FILE, KernelFit, append_network, fit_kernel_times, kernel_rows, network_kernels, \
+    read_networks
 from .matcher import match_kernels
 from .store import StoreError, fingerprint_folder
+
+
+#: how ``calibrate --for`` finds the kernels' times: profiled in context, or fitted to end-to-end times
+METHODS = ("profile", "end-to-end")
 
 
 @dataclass
@@ -84,8 +93,13 @@ class NetworkResult:
     new_kernels: int
     kernels: int
     scale: float = 1.0
+    profiled: bool = True
 
     def __str__(self) -> str:
+        if not self.profiled:
+            return (f"{self.name}: measured {self.measured_ms:.4g} ms end to end; estimate {self.table_ms:.4g} ms "
+                    f"with the fitted table, {self.model_ms:.4g} ms from the layer models; {self.kernels} distinct "
+                    f"kernels")
         return (f"{self.name}: measured {self.measured_ms:.4g} ms end to end; its kernels {self.kernels_ms:.4g} ms "
                 f"(+{self.untied_ms:.3g} ms in kernels tied to no layer; stored x{self.scale:.3f} to add up to the "
                 f"end-to-end time); estimate {self.table_ms:.4g} ms with the "
@@ -104,6 +118,7 @@ class InContextSummary:
     skipped: list[str] = field(default_factory=list)
     failures: dict[str, str] = field(default_factory=dict)
     machine: str = ""
+    fit: KernelFit | None = None
 
 
 def profile_for(backend: Backend) -> str:
@@ -257,11 +272,15 @@ def _locked_table(root: str | os.PathLike, backend: Backend, protocol: Protocol)
 def calibrate_for(specs: Sequence[str], backend_name: str, out: str | os.PathLike, profile: str | None = None,
                   threads: int = 1, precision: str | None = None, protocol: Protocol = Protocol(),
                   input_shape: tuple[int, ...] | None = None, progress: bool = True,
-                  backend_options: dict[str, Any] | None = None) -> InContextSummary:
+                  backend_options: dict[str, Any] | None = None, method: str = "profile") -> InContextSummary:
     """Measure the distinct kernels of the networks ``specs`` (as ``annette-torch
-    estimate`` takes them) on the backend into the table under ``out`` (see module doc),
-    keyed by the kernels of ``profile`` (default: the built-in profile of the backend,
-    :func:`profile_for`)."""
+    estimate`` takes them) on the backend into the table under ``out``, keyed by the
+    kernels of ``profile`` (default: the built-in profile of the backend,
+    :func:`profile_for`): profiled in context (``method`` "profile", see the module doc)
+    or fitted to the end-to-end times of these and the networks measured into the table
+    before ("end-to-end", :mod:`.end_to_end`)."""
+    if method not in METHODS:
+        raise ValueError(f"calibrate --for: method must be one of {', '.join(METHODS)}, got {method!r}")
     backend = get_backend(backend_name, threads=threads, precision=precision, **(backend_options or {}))
     profile = profile or profile_for(backend)
     estimator = Estimator(profile)
@@ -270,7 +289,13 @@ def calibrate_for(specs: Sequence[str], backend_name: str, out: str | os.PathLik
         raise ValueError(f"profile {estimator.profile.name!r} describes another {', '.join(differ)} than "
                          f"{backend_name} with {threads} thread(s) and {backend.precision}")
     networks = [_resolve(spec, input_shape) for spec in specs]
+    files = [net.name for net in networks if net.module is None]
+    if method == "end-to-end" and files:
+        raise ValueError(f"calibrate --for --method end-to-end times networks built in torch; {', '.join(files)}: "
+                         f"an ONNX file, use --method profile")
     with _locked_table(out, backend, protocol) as (folder, record):
+        if method == "end-to-end":
+            return _end_to_end(networks, backend, estimator, folder, record, protocol, progress)
         known = MeasuredKernels.load(folder).times_ms
         summary = InContextSummary(folder)
         todo: dict[str, _Network] = {}
@@ -321,6 +346,39 @@ def calibrate_for(specs: Sequence[str], backend_name: str, out: str | os.PathLik
                 session = interleave(list(todo), measure, protocol, canary, record.get("canary_ms"), finished,
                                      progress=bar)
         summary.failures = session.failures
+    return summary
+
+
+def _end_to_end(networks: list[_Network], backend: Backend, estimator: Estimator, folder: Path,
+                record: dict[str, Any], protocol: Protocol, progress: bool) -> InContextSummary:
+    """Time ``networks`` end to end into the table ``folder``'s ``networks.csv`` (each row
+    as soon as it is measured), then fit the kernels of every network recorded there and
+    append their times to ``kernels.csv`` (:mod:`.end_to_end`)."""
+    unique = {net.name: net for net in networks}
+    kernels = {name: network_kernels(estimator, net.graph) for name, net in unique.items()}
+    items = [(name, lambda net=net: net.module, net.graph.input_shapes[0]) for name, net in unique.items()]
+
+    def started(reference_ms: float | None) -> None:
+        if reference_ms is not None and record.get("canary_ms") is None:
+            record["canary_ms"] = reference_ms
+            write_record(folder, record)
+
+    session = measure_networks(backend, items, protocol, reference_ms=record.get("canary_ms"), on_start=started,
+                               on_measured=lambda name, measured: append_network(
+                                   folder / NETWORKS_FILE, name, measured.time_ms, kernels[name]),
+                               progress=progress)
+    summary = InContextSummary(folder, failures=dict(session.failures), machine=str(session.before))
+    recorded = read_networks(folder / NETWORKS_FILE)
+    if not recorded:
+        return summary
+    summary.fit = fit_kernel_times(recorded, estimator.profile.overhead_ms)
+    append_kernels(folder / KERNELS_FILE, kernel_rows(summary.fit, recorded))
+    with_table = Estimator(estimator.profile, measured=MeasuredKernels.load(folder))
+    for name, measured in session.measured.items():
+        graph = unique[name].graph
+        summary.results.append(NetworkResult(
+            name, measured.time_ms, math.nan, 0.0, estimator(graph), with_table(graph), 0, len(kernels[name]),
+            summary.fit.scale, profiled=False))
     return summary
 
 

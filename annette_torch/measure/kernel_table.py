@@ -4,7 +4,8 @@
     est = Estimator("onnxruntime-cpu", measured=table)       # or measured=<that folder>
 
 ``annette-torch calibrate --for MODEL ...`` (:mod:`annette_torch.calibration.in_context`)
-profiles whole networks and writes the time of each distinct kernel it ran. A kernel is
+profiles whole networks and writes the time of each distinct kernel it ran (or, with
+``--method end-to-end``, fits them to the networks' end-to-end times). A kernel is
 keyed by its *signature*, what every layer model reads, as the NAS signature cache
 (:mod:`annette_torch.nas.cache`) keys it: its kind, the kinds of the layers fused into it
 and its feature row (:data:`~annette_torch.kinds.FEATURES`, written with 17 significant
@@ -38,8 +39,9 @@ KERNEL_COLUMNS = ("signature", "kind", "fused", *FEATURES, "time_ms", "spread", 
 KERNELS_FILE = "kernels.csv"
 #: how a measured kernel time was tied to the estimator's kernel: the profile's kernels
 #: computing exactly its layers, or a group of the runtime's kernels that computed several
-#: of the estimator's kernels, split between them in proportion to the layer models
-TIES = ("exact", "shared")
+#: of the estimator's kernels, split between them in proportion to the layer models, or
+#: fitted to whole networks' end-to-end times (:mod:`annette_torch.calibration.end_to_end`)
+TIES = ("exact", "shared", "fitted")
 #: the fingerprint fields a profile must share with the table it consults
 MATCHING = ("backend", "threads", "precision")
 
@@ -168,10 +170,16 @@ def read_kernels(path: Path) -> dict[str, float]:
 
 
 def append_kernels(path: Path, rows: list[dict[str, Any]]) -> None:
-    """Append ``rows`` (dicts of :data:`KERNEL_COLUMNS`) to ``kernels.csv`` with one write
-    and ``fsync``, the header first when the file is new."""
+    """Append ``rows`` (dicts of :data:`KERNEL_COLUMNS`) to ``kernels.csv``: :func:`append_rows`."""
+    append_rows(path, KERNEL_COLUMNS, rows)
+
+
+def append_rows(path: Path, columns: Sequence[str], rows: list[dict[str, Any]]) -> None:
+    """Append ``rows`` (dicts of ``columns``) to the CSV file ``path`` with one write and
+    ``fsync``, the header first when the file is new, floats with 17 significant digits;
+    a last row cut by a kill is dropped first."""
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, KERNEL_COLUMNS, lineterminator="\n")
+    writer = csv.DictWriter(buffer, columns, lineterminator="\n")
     new = not path.exists() or path.stat().st_size == 0
     if new:
         writer.writeheader()
