@@ -268,6 +268,9 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         raise ValueError("calibrate needs --out DIR (where the measurements go)")
     if args.method != "profile" and (args.models is None or args.prior or args.minutes):
         raise ValueError("--method applies to calibrate --for MODEL ..., not to a campaign")
+    if (args.compile, args.across_rounds) != ("each-round", "pool") and args.method != "end-to-end":
+        raise ValueError("--compile and --across-rounds apply to calibrate --for --method end-to-end (whole "
+                         "networks); a campaign and the profiling of --for compile anew and pool the rounds")
     if args.prior or (args.minutes and args.sweep is None):
         return _calibrate_budget(args)
     if (args.sweep is None) == (args.models is None):
@@ -631,7 +634,7 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--ray-chunk", type=_positive_int, default=CHUNK,
                      help=f"with --ray: benchmarks per Ray task, measured in interleaved rounds on one node "
                           f"(default {CHUNK})")
-    add_protocol_arguments(cal, CALIBRATION_PROTOCOL, whole_networks=False)
+    add_protocol_arguments(cal, CALIBRATION_PROTOCOL)
     cal.set_defaults(func=cmd_calibrate)
     noise = sub.add_parser("noise", help="how reproducible timings are on this machine now: small networks in "
                                          "interleaved rounds, round-to-round differences, steal and load")

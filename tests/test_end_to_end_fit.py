@@ -71,7 +71,8 @@ def test_recorded_networks_are_validated_and_the_last_row_of_a_name_wins(tmp_pat
 
 def test_end_to_end_times_networks_fits_their_kernels_and_refits_with_later_networks(models, tmp_path, capsys):
     out = tmp_path / "measured"
-    quick = ["--rounds", "1", "--warmup", "1", "--repeats", "2", "--input-shape", "1,3,16,16"]
+    quick = ["--rounds", "2", "--warmup", "1", "--repeats", "2", "--input-shape", "1,3,16,16", "--compile", "once",
+             "--across-rounds", "median"]
     assert cli_main(["calibrate", "--backend", "torch-cpu", "--for", f"{models}:two_blocks", "--method", "end-to-end",
                      "--out", str(out), *quick]) == 0
     printed = capsys.readouterr().out
@@ -85,7 +86,8 @@ def test_end_to_end_times_networks_fits_their_kernels_and_refits_with_later_netw
     assert set(_rows(folder)["tie"]) == {"fitted"}
 
     summary = calibrate_for([f"{models}:one_block"], "torch-cpu", out, method="end-to-end", input_shape=SHAPE,
-                            protocol=Protocol(rounds=1, warmup=1, repeats=2), progress=False)
+                            protocol=Protocol(rounds=2, warmup=1, repeats=2, compile_once=True, across_rounds="median"),
+                            progress=False)
     assert [n.name for n in read_networks(folder / NETWORKS_FILE)] == ["models:two_blocks", "models:one_block"]
     assert len(summary.fit.networks) == 2                  # refitted over both networks
     with_table = Estimator("torch-cpu", measured=MeasuredKernels.load(folder))
@@ -110,3 +112,6 @@ def test_end_to_end_refuses_onnx_files_and_campaigns(models, tmp_path, capsys):
     assert cli_main(["calibrate", "--backend", "torch-cpu", "--sweep", "quick", "--method", "end-to-end",
                      "--out", str(tmp_path / "s")]) != 0
     assert "--method applies to calibrate --for" in capsys.readouterr().err
+    assert cli_main(["calibrate", "--backend", "torch-cpu", "--for", f"{models}:one_block", "--compile", "once",
+                     "--out", str(tmp_path / "p")]) != 0
+    assert "--compile and --across-rounds apply to calibrate --for --method end-to-end" in capsys.readouterr().err
