@@ -14,8 +14,8 @@ all (the geometric mean of measured over estimated time); ``factor[s]`` is fitte
 squares on relative errors, pulled toward 1 by :data:`REGULARIZATION`, so a kernel that few
 networks contain stays near ``scale * prior[s]`` and one that many pin down moves. Fitted on
 10 NAS-Bench-201 cells, such a table predicted the other 40 cells of the accuracy benchmark
-to 3.4 % (AMD Zen 4) and 4.1 % (Zen 3) on average, against 6.6 and 7.1 % for the scale
-alone (docs/cross-cpu.md).
+to 3.3 % (AMD Zen 4) and 4.4-4.5 % (Zen 3) on average, against 6.5 and 8.0 % for the scale
+alone (``benchmarks/end_to_end_fit.py`` on recorded ground truth, docs/cross-cpu.md).
 
 The table folder keeps ``networks.csv``: one row per network measured (its name, measured
 time, and its kernels as JSON ``{signature: [count, prior ms]}``), appended as soon as a
@@ -44,10 +44,10 @@ from ..validation import DataError, read_text
 NETWORKS_FILE = "networks.csv"
 NETWORK_COLUMNS = ("network", "measured_ms", "kernels", "measured_utc")
 #: weight of each kernel's ``(factor - 1) ** 2`` against each network's squared relative
-#: error (0.01: a factor moves by 0.1 where it removes a 1 % error of one network). Chosen on
-#: NAS-Bench-201 (10 cells fitted, 40 predicted, 40 draws): 0.001, 0.01, 0.1 and 1 gave
-#: 3.2, 3.4, 3.8 and 4.6 % on Zen 4, 4.2, 4.1, 4.4 and 5.1 % on Zen 3; 0.01 is the
-#: steadier of the two best.
+#: error (0.01: a factor moves by 0.1 where it removes a 1 % error of one network). Chosen in
+#: an exploratory sweep on NAS-Bench-201 (10 cells fitted, 40 predicted, 40 draws; a scratch
+#: script, not committed): 0.001, 0.01, 0.1 and 1 gave 3.2, 3.4, 3.8 and 4.6 % on Zen 4,
+#: 4.2, 4.1, 4.4 and 5.1 % on Zen 3; 0.01 is the steadier of the two best.
 REGULARIZATION = 0.01
 #: the smallest factor a kernel's scaled prior may be multiplied by
 MIN_FACTOR = 0.1
