@@ -159,7 +159,8 @@ class Estimator:
         compiles = adaptation is None or adaptation.optimizes_graph is not False   # not adapted to eager torch
         dead = self.profile.optimizes_graph if self.profile.removes_dead_code is None else self.profile.removes_dead_code
         self._removes = (self._folds, self._folds or (dead and compiles),
-                         self.profile.removes_identity_slices and compiles)
+                         self.profile.removes_identity_slices and compiles,
+                         self.profile.folds_layout_transposes and compiles)
         self._merges = use_mapping and (self.profile.merges_elementwise if adaptation is None
                                         else adaptation.merges(self.profile.merges_elementwise))
         # a returned map's layout reorder is the graph compiler's, as folding is (not fusion's)
@@ -201,9 +202,9 @@ class Estimator:
     def kernel_table(self, graph: LayerGraph) -> KernelTable:
         """The kernels ``graph`` runs as on this target (cached on the graph)."""
         training = False if self.profile.training is not None else None   # a data batch requires no grad
-        folds, dead, identity_slices = self._removes
+        folds, dead, identity_slices, layout_transposes = self._removes
         return map_kernels(graph, self._rules, folds, training, self.profile.counting, dead, identity_slices,
-                           self._merges, self._reorders)
+                           self._merges, self._reorders, layout_transposes)
 
     def layer_model(self, kernel_kind: str) -> tuple[str, str, Any]:
         """(model type, profile entry, layer model) that answers ``kernel_kind``, with the
@@ -461,11 +462,13 @@ class Estimator:
         if total <= 0 or removed <= FREE_OPS_WARNING_SHARE * total:
             return
         dead, slices = len(graph.dead & names), len(graph.identity_slices & names - graph.dead)
+        layout = len((graph.layout_transposes | graph.export_dropped) & names - graph.dead - graph.identity_slices)
         warnings.warn(f"{graph.model_name}: {removed / total:.0%} of its operations are costed as free, because "
                       f"{self.profile.name!r} describes a graph compiler that removes them ({dead} layer(s) whose "
-                      f"results reach no output, {len(names) - dead - slices} computed from constants, repeated "
-                      f"or arithmetic with 0 or 1"
-                      + (f", {slices} slice(s) of a whole tensor" if slices else "") + "). "
+                      f"results reach no output, {len(names) - dead - slices - layout} computed from constants, "
+                      f"repeated or arithmetic with 0 or 1"
+                      + (f", {slices} slice(s) of a whole tensor" if slices else "")
+                      + (f", {layout} transpose(s) or copies of layout only" if layout else "") + "). "
                       f"If the network really computes them, check that its outputs depend on them",
                       FreeWorkWarning, stacklevel=4)
 

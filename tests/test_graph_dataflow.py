@@ -218,6 +218,62 @@ def test_board_compilers_remove_dead_code_but_fold_nothing_else(profile):
     assert report.loc[["a", "b"], "confidence"].eq("free").all()
 
 
+class TokenConvBlock(nn.Module):
+    """PVT v2's MLP and ConvNeXt's block in one: tokens transposed into a depthwise conv
+    and back (``transpose(1, 2).view``, ``flatten(2).transpose(1, 2)``), then a conv whose
+    output is permuted to channels-last for a layer norm and back with ``.contiguous()``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc, self.dw = nn.Linear(16, 32), nn.Conv2d(32, 32, 3, padding=1, groups=32)
+        self.conv, self.norm = nn.Conv2d(32, 32, 1), nn.LayerNorm(32)
+
+    def forward(self, tokens):
+        y = self.fc(tokens).transpose(1, 2).view(1, 32, 8, 8)
+        y = nn.functional.gelu(self.dw(y).flatten(2).transpose(1, 2))
+        y = self.conv(y.transpose(1, 2).reshape(1, 32, 8, 8))
+        return self.norm(y.permute(0, 2, 3, 1)).permute(0, 3, 1, 2).contiguous()
+
+
+def _permute_rows(estimator: Estimator, graph):
+    report = estimator.report(graph).set_index("kernel")
+    return report[report["kind"] == "permute"]
+
+
+def test_transposes_next_to_a_conv_are_free_where_the_conv_reads_channels_last():
+    """OpenVINO's runtime model has no Transpose for a transpose to channels-first that
+    feeds only convs, nor for the token transpose of such a conv's flattened output
+    (``folds_layout_transposes``); it runs the permute of a conv's output to channels-last
+    and the one back that the network returns. ``.contiguous()`` exports to nothing, so
+    every graph compiler drops it; eager torch copies there."""
+    graph = trace(TokenConvBlock().eval(), input_shape=(1, 64, 16))
+    transposes = [layer.name for layer in graph if layer.kind == "permute" and layer.op != "contiguous"]
+    assert len(transposes) == 5
+    assert graph.layout_transposes == {transposes[0], transposes[1], transposes[2]}
+    assert graph.export_dropped == {"contiguous"}
+    rows = _permute_rows(_quiet_estimator("openvino-cpu"), graph)
+    assert rows.loc[transposes[:3] + ["contiguous"], "confidence"].eq("free").all()
+    assert (rows.loc[transposes[3:], "time_ms"] > 0).all()
+    rows = _permute_rows(_quiet_estimator("onnxruntime-cpu"), graph)
+    assert (rows.loc[transposes, "time_ms"] > 0).all() and rows.loc["contiguous", "confidence"] == "free"
+    rows = _permute_rows(_quiet_estimator("torch-cpu"), graph)
+    assert (rows.loc[transposes + ["contiguous"], "time_ms"] > 0).all()
+
+
+def test_a_transpose_feeding_a_conv_and_something_else_is_no_layout_transpose():
+    class Shared(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = nn.Conv2d(8, 8, 1)
+
+        def forward(self, x):                       # (1, 4, 4, 8) channels-last
+            y = x.permute(0, 3, 1, 2)
+            return self.conv(y) + y
+
+    graph = trace(Shared(), input_shape=(1, 4, 4, 8))
+    assert graph.layout_transposes == frozenset()
+
+
 def test_profile_fields_for_removed_layers_round_trip_and_are_checked(tmp_path):
     import json
 
@@ -226,13 +282,18 @@ def test_profile_fields_for_removed_layers_round_trip_and_are_checked(tmp_path):
 
     ov = load_profile("openvino-cpu")
     assert ov.removes_identity_slices and ov.removes_dead_code is None       # dead code: as optimizes_graph
+    assert ov.folds_layout_transposes and not load_profile("onnxruntime-cpu").folds_layout_transposes
     data = load_profile("ncs2-myriad").to_dict()
     assert data["removes_dead_code"] is True and "removes_identity_slices" not in data
-    data["removes_identity_slices"] = "yes"
-    path = tmp_path / "bad.json"
-    path.write_text(json.dumps(data))
-    with pytest.raises(ProfileError, match="removes_identity_slices"):
-        load_profile(str(path))
+    assert "folds_layout_transposes" not in data
+    for field in ("removes_identity_slices", "folds_layout_transposes"):
+        path = tmp_path / f"bad-{field}.json"
+        path.write_text(json.dumps({**data, field: "yes"}))
+        with pytest.raises(ProfileError, match=field):
+            load_profile(str(path))
+    path = tmp_path / "folds.json"
+    path.write_text(json.dumps({**data, "folds_layout_transposes": True}))
+    assert load_profile(str(path)).folds_layout_transposes
 
 
 class TwoBranches(nn.Module):

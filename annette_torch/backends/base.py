@@ -256,6 +256,7 @@ class Backend:
     benchmark_timeout_s: ClassVar[float] = 120.0          # a calibration benchmark taking longer has hung
     optimizes_graph: ClassVar[bool] = True                # its compiler folds constants, merges repeats
     removes_identity_slices: ClassVar[bool] = False       # it runs nothing for a slice of its whole input
+    folds_layout_transposes: ClassVar[bool] = False       # a conv reads/writes channels-last for a transpose next to it
     merges_elementwise: ClassVar[bool] = False            # connected elementwise layers run as one kernel
     output_reorders: ClassVar[str] = ""                   # regex of its kernels converting a returned map to NCHW
     fuses_layers: ClassVar[bool] = True                   # its compiler fuses layers (conv+bn+relu, ...)

@@ -29,6 +29,11 @@ class OpenVinoCpu(OnnxBackend):
     # OpenVINO 2026.4's runtime model has no StridedSlice for a Slice that selects its whole
     # input (GhostNet's cat(...)[:, :out_chs]); one selecting part of it runs as a copy (ref)
     removes_identity_slices = True
+    # a transpose to channels-first feeding only convs, and the token transpose of such a
+    # conv's flattened output, are absent from its runtime model (the conv reads and writes
+    # channels-last: "_abc_acdb_fake" reorders, NOT_RUN); ConvNeXt's permute(0, 2, 3, 1) of a
+    # conv's output runs (2026-12-05, docs/graph-compilers.md, LayerGraph.layout_transposes)
+    folds_layout_transposes = True
     # its Snippets compile connected elementwise ops into one "Subgraph" kernel, whatever
     # their consumers (NAS-Bench-201's x * 0 edges and the sums between cells)
     merges_elementwise = True

@@ -230,6 +230,7 @@ def _profile(name: str, data: StoreData, fitted: _Pass, fit_metrics: dict, notes
         overhead_ms=fitted.gap.overhead_ms, kernel_overhead_ms=fitted.gap.kernel_ms, weight_bandwidth_bytes_s=fitted.weight_bandwidth[0],
         fused_cost_s_per_elem=fitted.fused_costs[0], optimizes_graph=_backend_flag(data, "optimizes_graph"),
         removes_identity_slices=_backend_flag(data, "removes_identity_slices"),
+        folds_layout_transposes=_backend_flag(data, "folds_layout_transposes"),
         merges_elementwise=_backend_flag(data, "merges_elementwise"), reorders_outputs=bool(output_reorder_pattern(data)),
         counting=backend_counting(data),
         training=training, description=(f"fitted on {len(data.networks)} benchmarks of {fp.get('backend')} {fp.get('runtime_version')}, "

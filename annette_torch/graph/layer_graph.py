@@ -12,6 +12,10 @@ from ..kinds.elementwise import is_identity_arithmetic
 
 #: kinds that pass their one input on unchanged wherever they run
 PASS_THROUGH = frozenset({"identity", "dropout"})
+#: ops the ONNX export writes as nothing (``.contiguous()``) or as an Identity (``.clone()``)
+EXPORT_DROPPED_OPS = frozenset({"contiguous", "clone"})
+#: kinds whose layers read and write a feature map in the layout the compiler chooses for them
+CONV_KINDS = frozenset({"conv", "depthwise_conv"})
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -117,14 +121,84 @@ class LayerGraph:
             for layer in self.layers:
                 if layer.kind == "constant" or (not layer.reads_input and all(p in constant for p in layer.parents)):
                     constant.add(layer.name)
-            self._cache["folded"] = frozenset(constant | self.repeats.keys() | self.dead | self.identity_arithmetic)
+            self._cache["folded"] = frozenset(constant | self.repeats.keys() | self.dead | self.identity_arithmetic
+                                              | self.export_dropped)
         return self._cache["folded"]
+
+    @property
+    def export_dropped(self) -> frozenset[str]:
+        """Names of the copies the ONNX export drops (:data:`EXPORT_DROPPED_OPS`: the
+        ``.contiguous()`` after a transpose, a ``.clone()``): nothing runs for them on a
+        target compiling the export; on eager PyTorch the transpose is a view and the
+        contiguous copy is the one that runs."""
+        if "export_dropped" not in self._cache:
+            self._cache["export_dropped"] = frozenset(
+                layer.name for layer in self.layers
+                if layer.op in EXPORT_DROPPED_OPS and len(layer.parents) == 1 and layer.output_shapes == layer.input_shapes)
+        return self._cache["export_dropped"]
+
+    @property
+    def layout_transposes(self) -> frozenset[str]:
+        """Names of the transposes between channels-last and channels-first that a compiler
+        choosing each conv's memory layout runs as no copy (OpenVINO reads the conv's input
+        channels-last): a transpose moving the last axis to position 1 whose every consumer,
+        through reshapes and pass-through layers, is a conv ((N, HW, C) -> (N, C, HW) ->
+        view -> conv; (N, H, W, C) -> (N, C, H, W) -> conv), and a (N, C, L) -> (N, L, C)
+        transpose with one consumer of the flattened output of such a conv (the conv wrote
+        channels-last). A (N, C, H, W) -> (N, H, W, C) permute of a conv's output is not one:
+        OpenVINO runs it (ConvNeXt's before its layer norm), and so it does a transpose
+        the network returns."""
+        if "layout_transposes" not in self._cache:
+            to_channels_first = {layer.name for layer in self.layers if self._moves_last_axis_to_1(layer)
+                                 and (consumers := self._consumers_through_views(layer.name))
+                                 and all(self[c].kind in CONV_KINDS for c in consumers)}
+            from_conv = set()
+            for layer in self.layers:
+                shapes = layer.input_shapes[0] if len(layer.input_shapes) == 1 else ()
+                if (layer.kind == "permute" and len(shapes) == 3 and shapes[1] != shapes[2] and len(layer.parents) == 1
+                        and layer.output_shapes == ((shapes[0], shapes[2], shapes[1]),)
+                        and len(self.children[layer.name]) == 1):
+                    conv = self._producer_through_views(layer.parents[0])
+                    if (conv.kind in CONV_KINDS and conv.parents
+                            and self._producer_through_views(conv.parents[0]).name in to_channels_first):
+                        from_conv.add(layer.name)
+            self._cache["layout_transposes"] = frozenset(to_channels_first | from_conv)
+        return self._cache["layout_transposes"]
+
+    def _moves_last_axis_to_1(self, layer: Layer) -> bool:
+        """Whether ``layer`` is a transpose of one tensor (rank 3 or more) to (N, last axis, the rest)."""
+        if layer.kind != "permute" or layer.op in EXPORT_DROPPED_OPS or len(layer.input_shapes) != 1:
+            return False
+        shape = layer.input_shapes[0]
+        return len(shape) >= 3 and shape[-1] != shape[1] and layer.output_shapes == ((shape[0], shape[-1], *shape[1:-1]),)
+
+    def _is_view(self, layer: Layer) -> bool:
+        return layer.kind == "reshape" or layer.kind in PASS_THROUGH or layer.name in self.export_dropped
+
+    def _consumers_through_views(self, name: str) -> list[str]:
+        """The layers reading ``name``'s output directly or through reshapes, pass-through
+        layers and dropped copies, and any of those the network returns (a returned tensor
+        is written out in its own layout)."""
+        found = [name] if name in (self.outputs or ()) else []
+        for child in self.children[name]:
+            found += self._consumers_through_views(child) if self._is_view(self[child]) else [child]
+        return found
+
+    def _producer_through_views(self, name: str) -> Layer:
+        """The layer whose output ``name`` is, through reshapes, pass-through layers and dropped copies."""
+        layer = self[name]
+        while self._is_view(layer) and len(layer.parents) == 1:
+            layer = self[layer.parents[0]]
+        return layer
 
     def passing(self, removed: frozenset[str] = frozenset()) -> frozenset[str]:
         """Names of the layers that pass the output of their one parent on unchanged: on
         every target the :data:`PASS_THROUGH` kinds, and of ``removed`` (what the target
-        removes) the :attr:`identity_slices` and :attr:`identity_arithmetic` layers."""
-        unchanged = removed & (self.identity_slices | self.identity_arithmetic)
+        removes) the :attr:`identity_slices`, :attr:`identity_arithmetic`,
+        :attr:`export_dropped` and :attr:`layout_transposes` layers (a conv after a removed
+        transpose reads the transpose's input)."""
+        unchanged = removed & (self.identity_slices | self.identity_arithmetic | self.export_dropped
+                               | self.layout_transposes)
         return frozenset(layer.name for layer in self.layers if len(layer.parents) == 1
                          and (layer.kind in PASS_THROUGH or layer.name in unchanged))
 

@@ -75,25 +75,30 @@ ELEMENTWISE_SUBGRAPH = "eltwise_subgraph"
 
 
 def removed_layers(graph: LayerGraph, optimize_graph: bool = False, remove_dead: bool | None = None,
-                   remove_identity_slices: bool = False) -> frozenset[str]:
+                   remove_identity_slices: bool = False, fold_layout_transposes: bool = False) -> frozenset[str]:
     """The layers of ``graph`` a target's compiler removes: with ``optimize_graph``
-    :attr:`LayerGraph.folded` (constant subgraphs, repeated parameter-free layers and dead
-    layers), with ``remove_dead`` (default: ``optimize_graph``) the :attr:`LayerGraph.dead`
-    ones, with ``remove_identity_slices`` :attr:`LayerGraph.identity_slices`."""
+    :attr:`LayerGraph.folded` (constant subgraphs, repeated parameter-free layers, dead
+    layers and copies the export drops), with ``remove_dead`` (default: ``optimize_graph``)
+    the :attr:`LayerGraph.dead` ones, with ``remove_identity_slices``
+    :attr:`LayerGraph.identity_slices`, with ``fold_layout_transposes``
+    :attr:`LayerGraph.layout_transposes`."""
     removed = graph.folded if optimize_graph else frozenset()
     if optimize_graph if remove_dead is None else remove_dead:
         removed = removed | graph.dead
-    return removed | graph.identity_slices if remove_identity_slices else removed
+    if remove_identity_slices:
+        removed = removed | graph.identity_slices
+    return removed | graph.layout_transposes if fold_layout_transposes else removed
 
 
 def map_kernels(graph: LayerGraph, rules: tuple[FusionRule, ...], optimize_graph: bool = False,
                 input_requires_grad: bool | None = None, counting: Counting | None = None,
                 remove_dead: bool | None = None, remove_identity_slices: bool = False,
-                merge_elementwise: bool = False, reorder_outputs: bool = False) -> KernelTable:
+                merge_elementwise: bool = False, reorder_outputs: bool = False,
+                fold_layout_transposes: bool = False) -> KernelTable:
     """Kernel table of ``graph`` under ``rules``, its layers counted as ``counting`` says
     (:mod:`.counting`; default: annette_torch's counts); the layers the target's compiler
-    removes (:func:`removed_layers` of ``optimize_graph``, ``remove_dead`` and
-    ``remove_identity_slices``) are free kernels; with ``merge_elementwise`` connected
+    removes (:func:`removed_layers` of ``optimize_graph``, ``remove_dead``,
+    ``remove_identity_slices`` and ``fold_layout_transposes``) are free kernels; with ``merge_elementwise`` connected
     elementwise kernels merge into one (see the module doc). For a training pass, ``input_requires_grad``
     says whether the network input requires grad (a data batch does not; a calibration
     benchmark's input does): a kernel with weights whose inputs need no gradient (the
@@ -103,12 +108,12 @@ def map_kernels(graph: LayerGraph, rules: tuple[FusionRule, ...], optimize_graph
     network returns to plain NCHW) each returned feature map gets an :data:`OUTPUT_REORDER`
     kernel (:func:`_with_output_reorders`). Cached on the graph."""
     key = ("kernels", rules, optimize_graph, input_requires_grad, counting, remove_dead, remove_identity_slices,
-           merge_elementwise, reorder_outputs)
+           merge_elementwise, reorder_outputs, fold_layout_transposes)
     cached = graph._cache.get(key)
     if cached is None:
         feats = graph.features if counting is None else counting.features(graph)
-        cached = _map(graph, rules, removed_layers(graph, optimize_graph, remove_dead, remove_identity_slices), feats,
-                      merge_elementwise)
+        removed = removed_layers(graph, optimize_graph, remove_dead, remove_identity_slices, fold_layout_transposes)
+        cached = _map(graph, rules, removed, feats, merge_elementwise)
         if input_requires_grad is not None:
             cached = _mark_no_input_grad(graph, cached, input_requires_grad)
         if reorder_outputs:

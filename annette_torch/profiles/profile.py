@@ -28,6 +28,9 @@ when the profile has tree ensembles, their arrays in a numpy ``.npz`` file besid
       "removes_identity_slices": true,          # slices selecting their whole input are free
                                                 # (optional, default false; OpenVINO removes them,
                                                 # ONNX Runtime runs them; LayerGraph.identity_slices)
+      "folds_layout_transposes": true,          # transposes between channels-last and -first next to
+                                                # a conv are free (optional, default false; OpenVINO;
+                                                # LayerGraph.layout_transposes)
       "merges_elementwise": true,               # connected elementwise layers run as one kernel
                                                 # (optional, default false; OpenVINO's Snippets;
                                                 # mapping.kernels)
@@ -158,6 +161,7 @@ class Profile:
     optimizes_graph: bool = False
     removes_dead_code: bool | None = None   # None: as optimizes_graph
     removes_identity_slices: bool = False
+    folds_layout_transposes: bool = False
     merges_elementwise: bool = False
     reorders_outputs: bool = False
     training: dict[str, Any] | None = None
@@ -214,6 +218,7 @@ class Profile:
             "optimizes_graph": self.optimizes_graph,
             **({"removes_dead_code": self.removes_dead_code} if self.removes_dead_code is not None else {}),
             **({"removes_identity_slices": True} if self.removes_identity_slices else {}),
+            **({"folds_layout_transposes": True} if self.folds_layout_transposes else {}),
             **({"merges_elementwise": True} if self.merges_elementwise else {}),
             **({"reorders_outputs": True} if self.reorders_outputs else {}),
             **({"training": self.training} if self.training is not None else {}),
@@ -329,6 +334,7 @@ class Profile:
         dead = data.get("removes_dead_code")
         dead = None if dead is None else boolean(dead, "field 'removes_dead_code'")
         identity_slices = boolean(data.get("removes_identity_slices", False), "field 'removes_identity_slices'")
+        layout_transposes = boolean(data.get("folds_layout_transposes", False), "field 'folds_layout_transposes'")
         merges = boolean(data.get("merges_elementwise", False), "field 'merges_elementwise'")
         reorders = boolean(data.get("reorders_outputs", False), "field 'reorders_outputs'")
         fused_costs = data.get("fused_cost_s_per_elem") or {}
@@ -351,6 +357,7 @@ class Profile:
                    kernel_overhead_ms=per_kernel, weight_bandwidth_bytes_s=bandwidth,
                    fused_cost_s_per_elem={str(k): v for k, v in fused_costs.items()},
                    optimizes_graph=folds, removes_dead_code=dead, removes_identity_slices=identity_slices,
+                   folds_layout_transposes=layout_transposes,
                    merges_elementwise=merges, reorders_outputs=reorders, training=training, description=data.get("description") or "",
                    fit_metrics=dict(data.get("fit_metrics") or {}), notes=list(data.get("notes") or []),
                    source=source, adaptation=adaptation, correction=correction, counting=counting, ranges=ranges)

@@ -331,6 +331,7 @@ def remapped(profile: Profile, mapping: MappingChoice) -> Profile:
                                optimizes_graph=adaptation.folds(base.optimizes_graph),
                                removes_dead_code=False if eager else base.removes_dead_code,
                                removes_identity_slices=base.removes_identity_slices and not eager,
+                               folds_layout_transposes=base.folds_layout_transposes and not eager,
                                merges_elementwise=adaptation.merges(base.merges_elementwise),
                                reorders_outputs=base.reorders_outputs and not eager)
 
