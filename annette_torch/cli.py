@@ -378,10 +378,10 @@ def _calibrate_for(args: argparse.Namespace) -> int:
     if summary.fit is not None:
         print(summary.fit)
         if abs(math.log(summary.fit.scale)) > math.log(1.1):
-            print(f"note: the profile's estimates are x{summary.fit.scale:.2f} off on these networks; kernels "
-                  f"outside the table keep its scale. Adapt it to this machine first (annette-torch adapt --from "
-                  f"{args.profile or 'PROFILE'} --backend {args.backend} --samples 10 --out here.json) and key the "
-                  f"table by that one (--profile here.json)")
+            print(f"note: the profile's estimates are x{summary.fit.scale:.2f} off on these networks; with this "
+                  f"table the estimator scales the kernels it lacks by that, without it they stay off. Adapt the "
+                  f"profile to this machine for those estimates (annette-torch adapt --from "
+                  f"{args.profile or 'PROFILE'} --backend {args.backend} --samples 10 --out here.json)")
     for result in summary.results:
         print(result)
     for name in summary.skipped:

@@ -39,6 +39,7 @@ from torch import nn
 from .graph import LayerGraph, trace
 from .kinds import FEATURES
 from .layer_models.adapted import AdaptedKernels
+from .layer_models.base import ScaledKernels
 from .layer_models.corrected import CorrectedKernels
 from .layer_models.fused_layers import FusedLayers
 from .layer_models.weights_from_memory import WeightsFromMemory
@@ -226,7 +227,9 @@ class Estimator:
         each of them and its per-kernel overhead (:mod:`annette_torch.layer_models.fused_layers`),
         corrected by the profile's adaptation to another device if it has one
         (:mod:`annette_torch.layer_models.adapted`), then by its correction of a prior from
-        this machine's measurements if it has one (:mod:`annette_torch.layer_models.corrected`)."""
+        this machine's measurements if it has one (:mod:`annette_torch.layer_models.corrected`),
+        then times the scale of the measured table if it has one (the kernels it lacks;
+        :mod:`annette_torch.measure.kernel_table`)."""
         type_name, _, model = self.layer_model(kind)
         costs = self.profile.fused_cost_s_per_elem
         per_elem = np.array([sum(costs.get(k, 0.0) for k in table.layer_kinds[r][1:]) for r in rows])
@@ -237,6 +240,8 @@ class Estimator:
         correction = None if self.profile.correction is None else self.profile.correction.for_kind(type_name, kind)
         if correction is not None:
             model = CorrectedKernels(model, correction)
+        if self.measured is not None and self.measured.scale != 1.0:
+            model = ScaledKernels(model, self.measured.scale)
         return model
 
     def model_groups(self, table: KernelTable, skip: np.ndarray | None = None) -> list[tuple[np.ndarray, Any]]:

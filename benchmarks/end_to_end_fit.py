@@ -5,9 +5,9 @@
 What ``calibrate --for --method end-to-end`` does (:mod:`annette_torch.calibration.end_to_end`),
 replayed on a ground truth that holds a search space's networks: fit the kernel times to
 ``--fitted`` networks' measured times, estimate the set's other networks with the fitted
-table and the profile's models for kernels outside it, and compare with one scale fitted on
-the same networks (what an adapted profile does). Kernels outside the table keep the profile's
-times, as in the estimator: on another machine than the profile's, give an adapted profile. The fitted and the predicted networks
+table and the profile's models times the fit's scale for kernels outside it (as the
+estimator does), and compare with one scale fitted on the same networks (what an adapted
+profile does). The fitted and the predicted networks
 come from one measuring session, so no session-to-session drift enters: this is the fit's
 own accuracy. Per set: the first ``--fitted`` networks (as ``calibrate --for`` took them),
 and ``--draws`` random draws of as many. Measures nothing.
@@ -27,11 +27,11 @@ from annette_torch.calibration.end_to_end import RecordedNetwork, fit_kernel_tim
 
 def errors(fitted: list[RecordedNetwork], others: list[RecordedNetwork], overhead_ms: float) -> tuple[float, float]:
     """Mean |error| (%) on ``others`` of one scale and of the kernel fit, both fitted on
-    ``fitted``; with the fit, kernels outside the table keep the profile's time, as the
-    estimator does."""
+    ``fitted``; with the fit, kernels outside the table take the profile's time times the
+    fit's scale, as the estimator does (``scale.json``)."""
     fit = fit_kernel_times(fitted, overhead_ms)
     scaled = [overhead_ms + fit.scale * sum(c * p for c, p in n.kernels.values()) for n in others]
-    table = [overhead_ms + sum(c * fit.times_ms.get(s, p) for s, (c, p) in n.kernels.items()) for n in others]
+    table = [overhead_ms + sum(c * fit.times_ms.get(s, fit.scale * p) for s, (c, p) in n.kernels.items()) for n in others]
     measured = np.array([n.measured_ms for n in others])
     return tuple(100 * float(np.mean(np.abs(np.array(e) / measured - 1))) for e in (scaled, table))
 

@@ -10,7 +10,8 @@ from annette_torch.calibration.end_to_end import NETWORKS_FILE, RecordedNetwork,
 from annette_torch.calibration.in_context import calibrate_for
 from annette_torch.cli import main as cli_main
 from annette_torch.measure import Protocol
-from annette_torch.measure.kernel_table import KERNELS_FILE, KernelTableError, MeasuredKernels, kernel_signatures
+from annette_torch.measure.kernel_table import (KERNELS_FILE, SCALE_FILE, KernelTableError, MeasuredKernels,
+                                                kernel_signatures, read_scale)
 
 from test_in_context import SHAPE, _graph, _rows, models  # noqa: F401 -- the fixture and its helpers
 
@@ -96,6 +97,34 @@ def test_end_to_end_times_networks_fits_their_kernels_and_refits_with_later_netw
         assert (report[report["bound"] != "free"]["layer_model"] == "measured").all()
     (result,) = summary.results
     assert result.table_ms == pytest.approx(with_table(graphs["one_block"]))
+    assert json.loads((folder / SCALE_FILE).read_text()) == {"scale": pytest.approx(summary.fit.scale), "networks": 2}
+    assert with_table.measured.scale == pytest.approx(summary.fit.scale)
+
+
+def test_the_tables_scale_multiplies_the_kernels_it_lacks(models, tmp_path):
+    """A fitted table's scale puts the modelled kernels on the footing of the fitted ones;
+    a kernel the table holds keeps its time, and report and __call__ agree."""
+    plain = Estimator("torch-cpu")
+    graph = _graph(models, "two_blocks")
+    table = plain.kernel_table(graph)
+    executed = [s for s, free in zip(kernel_signatures(table), table.free) if not free]
+    overhead = plain.profile.overhead_ms
+    for times in ({}, {executed[0]: 0.5}):
+        scaled = Estimator("torch-cpu", measured=MeasuredKernels(tmp_path, plain.profile.fingerprint, None, times, 1.5))
+        plain_times = plain.kernel_times(graph).time_ms
+        expected = overhead + sum(times.get(s, 1.5 * t) for s, t, free in
+                                  zip(kernel_signatures(table), plain_times, table.free) if not free)
+        assert scaled(graph) == pytest.approx(expected)
+        assert scaled.report(graph).attrs["total_ms"] == pytest.approx(scaled(graph))
+
+
+@pytest.mark.parametrize("content, problem", [('{"scale": -1}', "scale"), ('{"scale": "2"}', "scale"),
+                                              ('[1.2]', "object"), ('{"scale": 1e9}', "scale")])
+def test_a_tables_scale_is_validated(tmp_path, content, problem):
+    (tmp_path / SCALE_FILE).write_text(content)
+    with pytest.raises(KernelTableError, match=problem):
+        read_scale(tmp_path / SCALE_FILE)
+    assert read_scale(tmp_path / "missing.json") == 1.0
 
 
 def test_end_to_end_refuses_onnx_files_and_campaigns(models, tmp_path, capsys):

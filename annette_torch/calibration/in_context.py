@@ -61,7 +61,8 @@ from ..estimator import Estimator
 from ..graph import LayerGraph, trace
 from ..kinds import FEATURES
 from ..mapping import OUTPUT_REORDER
-from ..measure.kernel_table import KERNELS_FILE, MATCHING, MeasuredKernels, append_kernels, kernel_signatures
+from ..measure.kernel_table import (KERNELS_FILE, MATCHING, MeasuredKernels, append_kernels, kernel_signatures,
+                                   write_scale)
 from ..measure.networks import check_machine, measure_networks, protocol_canary
 from ..measure.protocol import ItemFailed, Protocol, interleave, statistic_ms
 from ..measure.record import LEGACY, differences, new_record, read_record, write_record
@@ -353,7 +354,7 @@ def _end_to_end(networks: list[_Network], backend: Backend, estimator: Estimator
                 record: dict[str, Any], protocol: Protocol, progress: bool) -> InContextSummary:
     """Time ``networks`` end to end into the table ``folder``'s ``networks.csv`` (each row
     as soon as it is measured), then fit the kernels of every network recorded there and
-    append their times to ``kernels.csv`` (:mod:`.end_to_end`)."""
+    append their times to ``kernels.csv`` and the fit's scale to ``scale.json`` (:mod:`.end_to_end`)."""
     unique = {net.name: net for net in networks}
     kernels = {name: network_kernels(estimator, net.graph) for name, net in unique.items()}
     items = [(name, lambda net=net: net.module, net.graph.input_shapes[0]) for name, net in unique.items()]
@@ -373,6 +374,7 @@ def _end_to_end(networks: list[_Network], backend: Backend, estimator: Estimator
         return summary
     summary.fit = fit_kernel_times(recorded, estimator.profile.overhead_ms)
     append_kernels(folder / KERNELS_FILE, kernel_rows(summary.fit, recorded))
+    write_scale(folder, summary.fit.scale, len(recorded))
     with_table = Estimator(estimator.profile, measured=MeasuredKernels.load(folder))
     for name, measured in session.measured.items():
         graph = unique[name].graph

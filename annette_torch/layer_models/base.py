@@ -64,6 +64,18 @@ class WrappedLayerModel(LayerModel):
         return self.inner.bytes_moved(features)
 
 
+@dataclass
+class ScaledKernels(WrappedLayerModel):
+    """``inner``'s kernel times times ``scale`` (a measured table's scale, for the kernels
+    the table lacks: :mod:`annette_torch.measure.kernel_table`)."""
+
+    scale: float
+
+    def predict(self, features: Any, xp: Any = np) -> tuple[Any, Any]:
+        seconds, compute = self.inner.predict(features, xp)
+        return seconds * self.scale, compute
+
+
 def layer_model_from_dict(type_name: str, data: dict, where: str = "layer model") -> LayerModel:
     """Build a layer model of a registered type from its JSON parameters; errors name
     ``where`` and what is wrong."""
