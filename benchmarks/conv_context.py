@@ -1,0 +1,56 @@
+"""Do a profile's convs fit in context? Measured over estimated time of a store's conv
+kernels, split by filter size, whether the kernel reads the network input (the plain layout
+of an image) or another kernel's output (the layout the runtime chose), and whether a batch
+norm is fused into it (a benchmark: prints a table, measures nothing).
+
+    python benchmarks/conv_context.py --store calibration/data/openvino-cpu-1t-f32-... \\
+        --profile openvino-cpu [--max-channels 64 --max-size 32]
+
+Kernels are the store's measured and agreeing conv kernels with 8 to ``--max-channels``
+input and output channels and a map of at most ``--max-size`` (NAS-Bench-201's convs). The
+measured times are the profiler's kernel times as stored, before the fit's gap scaling, so
+only the ratios between rows compare, not their level.
+"""
+from __future__ import annotations
+
+import argparse
+import warnings
+
+from annette_torch import Estimator
+from annette_torch.fit.table import kernel_table, load_store, output_reorder_pattern
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--store", required=True)
+    parser.add_argument("--profile", default="openvino-cpu")
+    parser.add_argument("--max-channels", type=int, default=64)
+    parser.add_argument("--max-size", type=int, default=32)
+    args = parser.parse_args()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        estimator = Estimator(args.profile)
+        data = load_store(args.store)
+    table = kernel_table(data, estimator.profile.mapping, estimator.profile.optimizes_graph,
+                         merge_elementwise=estimator.profile.merges_elementwise,
+                         output_reorders=output_reorder_pattern(data))
+    convs = table[table["measured"] & table["agrees"] & (table["kind"] == "conv") & (table["c"] >= 8)
+                  & (table["c"] <= args.max_channels) & (table["f"] <= args.max_channels)
+                  & (table["h"] <= args.max_size)].copy()
+    estimated = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")      # benchmarks with layers the compiler removes say so
+        for benchmark, kernel in zip(convs["benchmark"], convs["kernel"]):
+            graph = data.graphs[benchmark]
+            names = list(estimator.kernel_table(graph).names)
+            estimated.append(estimator.kernel_times(graph).time_ms[names.index(kernel)])
+    convs["ratio"] = convs["time_ms"] / estimated
+    convs["batch_norm"] = convs["fused_kinds"].fillna("").str.contains("batch_norm")
+    print(f"{args.profile} on {args.store}: conv kernels of 8-{args.max_channels} channels, maps up to "
+          f"{args.max_size}; measured / estimated")
+    summary = convs.groupby(["kh", "reads_input", "batch_norm"])["ratio"].agg(["count", "median"])
+    print(summary[summary["count"] >= 5].round(2).to_string())
+
+
+if __name__ == "__main__":
+    main()
