@@ -81,7 +81,8 @@ def main() -> None:
     for name in args.networks:
         rows = transposes(name)
         print(f"{name}: {len(rows)} transposes")
-        counted = [(1, row) for row in rows] if args.all else [(n, row) for row, n in collections.Counter(rows).most_common()]
+        counted = ([(1, row) for row in rows] if args.all
+                   else [(n, row) for row, n in collections.Counter(rows).most_common()])
         for count, (perm, source, readers, outcome) in counted:
             print(f"  {count:4d}  {perm:<18} {source:>20} -> {readers:<28} {outcome}")
 

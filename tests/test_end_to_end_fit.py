@@ -11,7 +11,7 @@ from annette_torch.calibration.in_context import calibrate_for
 from annette_torch.cli import main as cli_main
 from annette_torch.measure import Protocol
 from annette_torch.measure.kernel_table import (KERNELS_FILE, SCALE_FILE, KernelTableError, MeasuredKernels,
-                                                kernel_signatures, read_scale)
+                                                kernel_signatures, read_scale, write_scale)
 
 from test_in_context import SHAPE, _graph, _rows, models  # noqa: F401 -- the fixture and its helpers
 
@@ -125,6 +125,14 @@ def test_a_tables_scale_is_validated(tmp_path, content, problem):
     with pytest.raises(KernelTableError, match=problem):
         read_scale(tmp_path / SCALE_FILE)
     assert read_scale(tmp_path / "missing.json") == 1.0
+
+
+def test_a_scale_outside_the_limits_is_not_written(tmp_path):
+    with pytest.raises(KernelTableError, match="does not describe this device"):
+        write_scale(tmp_path, 80.0, 3)
+    assert not (tmp_path / SCALE_FILE).exists()
+    write_scale(tmp_path, 1.3, 3)
+    assert read_scale(tmp_path / SCALE_FILE) == pytest.approx(1.3)
 
 
 def test_end_to_end_refuses_onnx_files_and_campaigns(models, tmp_path, capsys):

@@ -373,8 +373,8 @@ def _end_to_end(networks: list[_Network], backend: Backend, estimator: Estimator
     if not recorded:
         return summary
     summary.fit = fit_kernel_times(recorded, estimator.profile.overhead_ms)
-    append_kernels(folder / KERNELS_FILE, kernel_rows(summary.fit, recorded))
     write_scale(folder, summary.fit.scale, len(recorded))
+    append_kernels(folder / KERNELS_FILE, kernel_rows(summary.fit, recorded))
     with_table = Estimator(estimator.profile, measured=MeasuredKernels.load(folder))
     for name, measured in session.measured.items():
         graph = unique[name].graph

@@ -134,7 +134,8 @@ class LayerGraph:
         if "export_dropped" not in self._cache:
             self._cache["export_dropped"] = frozenset(
                 layer.name for layer in self.layers
-                if layer.op in EXPORT_DROPPED_OPS and len(layer.parents) == 1 and layer.output_shapes == layer.input_shapes)
+                if layer.op in EXPORT_DROPPED_OPS and len(layer.parents) == 1
+                and layer.output_shapes == layer.input_shapes)
         return self._cache["export_dropped"]
 
     @property
@@ -170,7 +171,8 @@ class LayerGraph:
         if layer.kind != "permute" or layer.op in EXPORT_DROPPED_OPS or len(layer.input_shapes) != 1:
             return False
         shape = layer.input_shapes[0]
-        return len(shape) >= 3 and shape[-1] != shape[1] and layer.output_shapes == ((shape[0], shape[-1], *shape[1:-1]),)
+        return (len(shape) >= 3 and shape[-1] != shape[1]
+                and layer.output_shapes == ((shape[0], shape[-1], *shape[1:-1]),))
 
     def _is_view(self, layer: Layer) -> bool:
         return layer.kind == "reshape" or layer.kind in PASS_THROUGH or layer.name in self.export_dropped

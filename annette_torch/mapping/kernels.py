@@ -98,8 +98,8 @@ def map_kernels(graph: LayerGraph, rules: tuple[FusionRule, ...], optimize_graph
     """Kernel table of ``graph`` under ``rules``, its layers counted as ``counting`` says
     (:mod:`.counting`; default: annette_torch's counts); the layers the target's compiler
     removes (:func:`removed_layers` of ``optimize_graph``, ``remove_dead``,
-    ``remove_identity_slices`` and ``fold_layout_transposes``) are free kernels; with ``merge_elementwise`` connected
-    elementwise kernels merge into one (see the module doc). For a training pass, ``input_requires_grad``
+    ``remove_identity_slices`` and ``fold_layout_transposes``) are free kernels; with
+    ``merge_elementwise`` connected elementwise kernels merge into one (see the module doc). For a training pass, ``input_requires_grad``
     says whether the network input requires grad (a data batch does not; a calibration
     benchmark's input does): a kernel with weights whose inputs need no gradient (the
     first conv of a network, or one after ``detach``) computes only its weights'

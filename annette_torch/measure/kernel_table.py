@@ -94,7 +94,8 @@ def _table_under(root: Path, fingerprint: dict[str, Any]) -> Path:
 
 class MeasuredKernels:
     """One device's kernels measured in context: ``fingerprint``, the protocol ``record``
-    and ``times_ms`` (signature -> time in ms); see the module doc."""
+    and ``times_ms`` (signature -> time in ms), and the ``scale`` of the kernels it lacks;
+    see the module doc."""
 
     def __init__(self, folder: Path, fingerprint: dict[str, Any], record: dict[str, Any] | None,
                  times_ms: dict[str, float], scale: float = 1.0) -> None:
@@ -165,7 +166,15 @@ def read_scale(path: Path) -> float:
 
 
 def write_scale(folder: Path, scale: float, networks: int) -> None:
-    """Write ``scale.json`` (atomically): the scale of a fit to ``networks`` whole networks."""
+    """Write ``scale.json`` (atomically): the scale of a fit to ``networks`` whole networks;
+    ``KernelTableError`` if it lies outside :data:`SCALE_LIMITS` (the profile describes
+    another device), before anything is written."""
+    try:
+        number(scale, "the fitted scale", low=SCALE_LIMITS[0], high=SCALE_LIMITS[1])
+    except DataError as error:
+        raise KernelTableError(f"{folder}: {error}; the profile's estimates are that far from these networks' "
+                               f"times, so it does not describe this device: use one calibrated or adapted "
+                               f"here") from None
     with atomic_path(folder / SCALE_FILE) as tmp:
         tmp.write_text(json.dumps({"scale": float(scale), "networks": int(networks)}) + "\n")
 
