@@ -126,7 +126,9 @@ class Estimator:
     by ``annette-torch calibrate --for``, or a
     :class:`~annette_torch.measure.kernel_table.MeasuredKernels`); a kernel it holds takes
     its measured time instead of the layer models' (``layer_model`` "measured" in
-    :meth:`report`). It must describe the profile's backend, threads and precision.
+    :meth:`report`); a table fitted to whole networks also scales the layer models' times
+    of the kernels it lacks by its fit's scale. It must describe the profile's backend,
+    threads and precision.
 
     An estimator pickles by value, its profile included, and estimates the same in the
     process that unpickles it (a Ray task, a multiprocessing worker:
