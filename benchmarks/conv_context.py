@@ -37,14 +37,14 @@ def main() -> None:
     convs = table[table["measured"] & table["agrees"] & (table["kind"] == "conv") & (table["c"] >= 8)
                   & (table["c"] <= args.max_channels) & (table["f"] <= args.max_channels)
                   & (table["h"] <= args.max_size)].copy()
-    estimated = []
+    estimated = {}                           # (benchmark, conv kernel) -> estimated ms
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")      # benchmarks with layers the compiler removes say so
-        for benchmark, kernel in zip(convs["benchmark"], convs["kernel"]):
-            graph = data.graphs[benchmark]
-            names = list(estimator.kernel_table(graph).names)
-            estimated.append(estimator.kernel_times(graph).time_ms[names.index(kernel)])
-    convs["ratio"] = convs["time_ms"] / estimated
+        for benchmark in convs["benchmark"].unique():
+            times = estimator.kernel_times(data.graphs[benchmark])
+            estimated.update(((benchmark, name), ms) for name, kind, ms in
+                             zip(times.table.names, times.table.kinds, times.time_ms) if kind == "conv")
+    convs["ratio"] = convs["time_ms"] / [estimated[key] for key in zip(convs["benchmark"], convs["kernel"])]
     convs["batch_norm"] = convs["fused_kinds"].fillna("").str.contains("batch_norm")
     print(f"{args.profile} on {args.store}: conv kernels of 8-{args.max_channels} channels, maps up to "
           f"{args.max_size}; measured / estimated")

@@ -31,7 +31,8 @@ def errors(fitted: list[RecordedNetwork], others: list[RecordedNetwork], overhea
     fit's scale, as the estimator does (``scale.json``)."""
     fit = fit_kernel_times(fitted, overhead_ms)
     scaled = [overhead_ms + fit.scale * sum(c * p for c, p in n.kernels.values()) for n in others]
-    table = [overhead_ms + sum(c * fit.times_ms.get(s, fit.scale * p) for s, (c, p) in n.kernels.items()) for n in others]
+    table = [overhead_ms + sum(c * fit.times_ms.get(s, fit.scale * p) for s, (c, p) in n.kernels.items())
+             for n in others]
     measured = np.array([n.measured_ms for n in others])
     return tuple(100 * float(np.mean(np.abs(np.array(e) / measured - 1))) for e in (scaled, table))
 

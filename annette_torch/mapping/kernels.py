@@ -99,8 +99,8 @@ def map_kernels(graph: LayerGraph, rules: tuple[FusionRule, ...], optimize_graph
     (:mod:`.counting`; default: annette_torch's counts); the layers the target's compiler
     removes (:func:`removed_layers` of ``optimize_graph``, ``remove_dead``,
     ``remove_identity_slices`` and ``fold_layout_transposes``) are free kernels; with
-    ``merge_elementwise`` connected elementwise kernels merge into one (see the module doc). For a training pass, ``input_requires_grad``
-    says whether the network input requires grad (a data batch does not; a calibration
+    ``merge_elementwise`` connected elementwise kernels merge into one (see the module
+    doc). For a training pass, ``input_requires_grad`` says whether the network input requires grad (a data batch does not; a calibration
     benchmark's input does): a kernel with weights whose inputs need no gradient (the
     first conv of a network, or one after ``detach``) computes only its weights'
     gradients, so its kind gets the suffix :data:`NO_INPUT_GRAD`. With ``reorder_outputs``

@@ -161,7 +161,7 @@ def read_scale(path: Path) -> float:
         if not isinstance(data, dict):
             raise DataError(f"{path}: expected an object with the field 'scale'")
         return number(data.get("scale"), f"{path}: field 'scale'", low=SCALE_LIMITS[0], high=SCALE_LIMITS[1])
-    except (DataError, ValueError) as error:
+    except DataError as error:
         raise KernelTableError(str(error)) from None
 
 
