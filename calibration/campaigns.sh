@@ -52,6 +52,10 @@ for backend in openvino-cpu onnxruntime-cpu torch-cpu; do
     calibrate --backend "$backend" --sweep full --threads 1
 done
 calibrate --backend openvino-cpu    --sweep quick --threads 2
+# 2026-12-05 (session 22, on the profiles' Zen 4): convs read from a conv's output against the same convs
+# reading the input; a separate store, not fitted into the shipped profile (docs/cross-cpu.md)
+annette-torch calibrate --out calibration/data-context-2026-12-05-zen4 --statistic median --drift none \
+    --backend openvino-cpu --sweep conv-context --threads 1
 # training passes (forward + backward per layer; optimizer steps timed into the store first)
 for sweep in training training-large training-stem; do
     calibrate --backend torch-cpu-train --sweep "$sweep" --threads 1 --warmup 2 --repeats 7

@@ -12,8 +12,9 @@ Multi-layer families (the paper's Fig. 4 chains, to learn what the target fuses)
 ``conv_chain`` (conv → [bn] → [act] → [pool]), ``residual``, ``dw_separable``,
 ``branch_concat``, ``mlp``.
 Context families (layers as real networks hold them, read from a conv's output):
-``conv_pool`` (overlapping pools), ``squeeze_excite``, ``dense_layer`` (concat and
-pre-activation BN-ReLU), ``attention`` (ViT), ``window_attention`` (Swin),
+``conv_in_context`` (``conv_chain`` after a 1x1 conv), ``conv_pool`` (overlapping
+pools), ``squeeze_excite``, ``dense_layer`` (concat and pre-activation BN-ReLU),
+``attention`` (ViT), ``window_attention`` (Swin),
 ``branch_sum`` (a NAS cell's node summing pool and skip branches), ``inverted_residual``
 (MobileNetV2's block after a conv: its depthwise conv reads a blocked conv output, as in
 a network, not the network's input), and the shape kinds after a 1x1 conv: ``upsample``,
@@ -342,6 +343,21 @@ def conv_chain(p: dict[str, Any]) -> tuple[nn.Module, tuple[int, ...]]:
         else:
             net.add_module("act", _activation(step))
     return net, (p["n"], p["c"], p["h"], p["w"])
+
+
+@family("conv_in_context", ("h", "w", "c", "f", "k", "op"), {"stride": 1, "groups": 1, "pool": 2},
+        lambda p: (_stem_size(p, 0.0)[0] + _conv_size(p)[0], _conv_size(p)[1]))
+def conv_in_context(p: dict[str, Any]) -> tuple[nn.Module, tuple[int, ...]]:
+    """A 1x1 conv (``stem``), then ``conv_chain``'s network reading its output: the conv of
+    interest reads a tensor in the layout the runtime chose for a conv's output, as every
+    conv of a network but the first does (``conv2d`` and ``conv_chain`` read the network
+    input, whose plain layout some runtimes reorder first)."""
+    chain, input_shape = conv_chain(p)
+    net = nn.Sequential()
+    net.add_module("stem", nn.Conv2d(p["c"], p["c"], 1, bias=False))
+    for name, layer in chain.named_children():
+        net.add_module(name, layer)
+    return net, input_shape
 
 
 class _Residual(nn.Module):
