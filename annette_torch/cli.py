@@ -269,9 +269,11 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         raise ValueError("calibrate needs --out DIR (where the measurements go)")
     if args.method != "profile" and (args.models is None or args.prior or args.minutes):
         raise ValueError("--method applies to calibrate --for MODEL ..., not to a campaign")
-    if (args.compile, args.across_rounds) != ("each-round", "pool") and args.method != "end-to-end":
-        raise ValueError("--compile and --across-rounds apply to calibrate --for --method end-to-end (whole "
-                         "networks); a campaign and the profiling of --for compile anew and pool the rounds")
+    if args.compile != "each-round" and args.method != "end-to-end":
+        raise ValueError("--compile applies to calibrate --for --method end-to-end (whole networks); a campaign "
+                         "and the profiling of --for compile anew each round")
+    if args.across_rounds != "pool" and args.models is None:
+        raise ValueError("--across-rounds applies to calibrate --for (whole networks); a campaign pools the rounds")
     if args.prior or (args.minutes and args.sweep is None):
         return _calibrate_budget(args)
     if (args.sweep is None) == (args.models is None):

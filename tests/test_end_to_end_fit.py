@@ -151,4 +151,7 @@ def test_end_to_end_refuses_onnx_files_and_campaigns(models, tmp_path, capsys):
     assert "--method applies to calibrate --for" in capsys.readouterr().err
     assert cli_main(["calibrate", "--backend", "torch-cpu", "--for", f"{models}:one_block", "--compile", "once",
                      "--out", str(tmp_path / "p")]) != 0
-    assert "--compile and --across-rounds apply to calibrate --for --method end-to-end" in capsys.readouterr().err
+    assert "--compile applies to calibrate --for --method end-to-end" in capsys.readouterr().err
+    assert cli_main(["calibrate", "--backend", "torch-cpu", "--sweep", "smoke", "--across-rounds", "median",
+                     "--out", str(tmp_path / "c")]) != 0
+    assert "--across-rounds applies to calibrate --for" in capsys.readouterr().err

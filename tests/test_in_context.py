@@ -206,3 +206,36 @@ def test_a_layer_timed_inside_another_is_left_out_of_its_time():
         model(torch.zeros(4))
     times = timer.times()
     assert times["inner"][0] > 5 * times[""][0]      # the outer call's own work is one multiply
+
+
+def test_the_profile_method_can_take_a_networks_time_as_the_median_over_rounds(models, tmp_path, monkeypatch):
+    """With ``across_rounds="median"`` a network's kernels are scaled to the median over
+    rounds of each round's statistic, as the accuracy benchmark's ground truth takes it:
+    one round that ran 5x fast (a drift the canary did not see) moves the pooled p10 and
+    not the median."""
+    from dataclasses import replace
+
+    from annette_torch.backends import get_backend
+    from annette_torch.backends.base import Latency
+
+    backend_class = type(get_backend("torch-cpu"))
+    real = backend_class.profile
+    calls: list[int] = []
+
+    def profile(self, *args, **kwargs):
+        profiled = real(self, *args, **kwargs)
+        factor = 0.2 if len(calls) % 3 == 0 else 1.0           # the first of each network's 3 rounds
+        calls.append(1)
+        return replace(profiled, latency=Latency.from_runs([t * factor for t in profiled.latency.runs_ms],
+                                                           profiled.latency.threads))
+
+    monkeypatch.setattr(backend_class, "profile", profile)
+    found = {}
+    for across in ("pool", "median"):
+        summary = calibrate_for([f"{models}:one_block"], "torch-cpu", tmp_path / across, input_shape=SHAPE,
+                                protocol=Protocol(rounds=3, warmup=1, repeats=4, across_rounds=across), progress=False)
+        (result,) = summary.results
+        assert result.table_ms == pytest.approx(result.measured_ms, rel=1e-6)    # the kernels add up to it
+        assert json.loads((next((tmp_path / across).iterdir()) / "protocol.json").read_text())["across_rounds"] == across
+        found[across] = result.measured_ms
+    assert found["median"] > 2.5 * found["pool"]

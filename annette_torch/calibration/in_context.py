@@ -64,7 +64,7 @@ from ..mapping import OUTPUT_REORDER
 from ..measure.kernel_table import (KERNELS_FILE, MATCHING, MeasuredKernels, append_kernels, kernel_signatures,
                                    write_scale)
 from ..measure.networks import check_machine, measure_networks, protocol_canary
-from ..measure.protocol import ItemFailed, Protocol, interleave, statistic_ms
+from ..measure.protocol import ItemFailed, Protocol, combine, interleave, statistic_ms
 from ..measure.record import LEGACY, differences, new_record, read_record, write_record
 from ..profiles import builtin_names, load_profile
 from .campaign import merge_rounds
@@ -327,8 +327,12 @@ def calibrate_for(specs: Sequence[str], backend_name: str, out: str | os.PathLik
                 raise ItemFailed(str(error)) from error
 
         def finished(name: str, rounds: list[Profiled], factors: list[float]) -> None:
+            end_to_end_ms = None
+            if protocol.across_rounds == "median":        # the network's time as the ground truth takes it
+                end_to_end_ms = combine([r.latency.runs_ms for r in rounds], factors, protocol.statistic,
+                                        "median").time_ms
             result, rows = _kernel_rows(todo[name], merge_rounds(rounds, factors), estimator, known,
-                                        protocol.statistic, backend.output_reorders)
+                                        protocol.statistic, backend.output_reorders, end_to_end_ms)
             append_kernels(folder / KERNELS_FILE, rows)
             known.update({row["signature"]: row["time_ms"] for row in rows})
             result.table_ms = Estimator(estimator.profile, measured=MeasuredKernels.load(folder))(todo[name].graph)
@@ -385,15 +389,17 @@ def _end_to_end(networks: list[_Network], backend: Backend, estimator: Estimator
 
 
 def _kernel_rows(net: _Network, profiled: Profiled, estimator: Estimator, known: dict[str, float],
-                 statistic: str, output_reorders: str = "") -> tuple[NetworkResult, list[dict[str, Any]]]:
+                 statistic: str, output_reorders: str = "",
+                 end_to_end_ms: float | None = None) -> tuple[NetworkResult, list[dict[str, Any]]]:
     """The network's result and the table rows of its kernels not in ``known``
-    (``output_reorders``: the backend's pattern of output-reorder kernel names)."""
+    (``output_reorders``: the backend's pattern of output-reorder kernel names), its
+    kernels scaled to ``end_to_end_ms`` (default: ``statistic`` of the pooled runs)."""
     graph = net.graph
     rows = match_kernels(graph, profiled.kernels, statistic)
     times = estimator.kernel_times(graph)
     table = times.table
     tied, ties, untied = tie_kernels(table, rows, times.time_ms, output_reorders)
-    measured_ms = statistic_ms(profiled.latency.runs_ms, statistic)
+    measured_ms = statistic_ms(profiled.latency.runs_ms, statistic) if end_to_end_ms is None else end_to_end_ms
     kernels_ms = float(np.nansum(tied))
     scale = (measured_ms - estimator.profile.overhead_ms) / kernels_ms if kernels_ms > 0 else 1.0
     scaled = tied * max(scale, 0.0)
