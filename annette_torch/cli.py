@@ -51,7 +51,7 @@ from .calibration.store import StoreError
 from .calibration.sweep import sweep_names
 from .fleet.cluster import FleetError
 from .measure import Protocol
-from .measure.arguments import add_protocol_arguments, protocol_from
+from .measure.arguments import add_protocol_arguments, fill_defaults, protocol_from
 from .profiles import ProfileError, builtin_names, load_profile
 
 
@@ -267,6 +267,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
     if not args.out and not args.dry_run:
         raise ValueError("calibrate needs --out DIR (where the measurements go)")
+    fill_defaults(args, FOR_PROTOCOL if args.models is not None else CALIBRATION_PROTOCOL)
     if args.method != "profile" and (args.models is None or args.prior or args.minutes):
         raise ValueError("--method applies to calibrate --for MODEL ..., not to a campaign")
     if args.compile != "each-round" and args.method != "end-to-end":
@@ -533,6 +534,9 @@ def cmd_adapt(args: argparse.Namespace) -> int:
 
 #: calibration's protocol defaults (:data:`~annette_torch.calibration.campaign.ROUNDS`, ``REPEATS``)
 CALIBRATION_PROTOCOL = Protocol(rounds=ROUNDS, warmup=5, repeats=REPEATS)
+#: ``calibrate --for``'s: the accuracy benchmark's ground-truth protocol, whose end-to-end times its tables are
+#: scaled to (2 rounds pooled left the tables 12-14 % off on NAS-Bench-201 cells, docs/cross-cpu.md 2026-12-05 night)
+FOR_PROTOCOL = Protocol(rounds=12, warmup=5, repeats=REPEATS, drift="canary", across_rounds="median")
 
 
 def _positive_int(text: str) -> int:
@@ -642,7 +646,7 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--ray-chunk", type=_positive_int, default=CHUNK,
                      help=f"with --ray: benchmarks per Ray task, measured in interleaved rounds on one node "
                           f"(default {CHUNK})")
-    add_protocol_arguments(cal, CALIBRATION_PROTOCOL)
+    add_protocol_arguments(cal, CALIBRATION_PROTOCOL, otherwise=("--for", FOR_PROTOCOL))
     cal.set_defaults(func=cmd_calibrate)
     noise = sub.add_parser("noise", help="how reproducible timings are on this machine now: small networks in "
                                          "interleaved rounds, round-to-round differences, steal and load")

@@ -73,7 +73,7 @@ def test_recorded_networks_are_validated_and_the_last_row_of_a_name_wins(tmp_pat
 def test_end_to_end_times_networks_fits_their_kernels_and_refits_with_later_networks(models, tmp_path, capsys):
     out = tmp_path / "measured"
     quick = ["--rounds", "2", "--warmup", "1", "--repeats", "2", "--input-shape", "1,3,16,16", "--compile", "once",
-             "--across-rounds", "median"]
+             "--drift", "none"]
     assert cli_main(["calibrate", "--backend", "torch-cpu", "--for", f"{models}:two_blocks", "--method", "end-to-end",
                      "--out", str(out), *quick]) == 0
     printed = capsys.readouterr().out

@@ -92,8 +92,8 @@ def test_for_measures_each_distinct_kernel_once_and_the_estimate_uses_them(model
     assert rows.set_index("kind").loc["conv", "occurrences"].max() == 2     # the two blocks' convs: one kernel
 
     before = (folder / KERNELS_FILE).read_bytes()
-    again = calibrate_for(specs, "onnxruntime-cpu", out, protocol=Protocol(rounds=1, warmup=1, repeats=2, drift="canary"),
-                          input_shape=SHAPE, progress=False)
+    again = calibrate_for(specs, "onnxruntime-cpu", out, input_shape=SHAPE, progress=False,
+                          protocol=Protocol(rounds=1, warmup=1, repeats=2, drift="canary", across_rounds="median"))
     assert again.results == [] and again.skipped == ["models:two_blocks", "models:one_block"]
     assert (folder / KERNELS_FILE).read_bytes() == before            # nothing measured or written twice
 
@@ -239,3 +239,21 @@ def test_the_profile_method_can_take_a_networks_time_as_the_median_over_rounds(m
         assert json.loads((next((tmp_path / across).iterdir()) / "protocol.json").read_text())["across_rounds"] == across
         found[across] = result.measured_ms
     assert found["median"] > 2.5 * found["pool"]
+
+
+def test_calibrate_for_defaults_to_the_ground_truths_protocol_and_a_campaign_keeps_its_own(models, tmp_path,
+                                                                                             capsys):
+    """``calibrate --for`` without protocol options measures as the accuracy benchmark's
+    ground truth does (12 rounds, canary, median over rounds), its tables being scaled to
+    such times; a campaign keeps 2 pooled rounds without drift correction."""
+    out = tmp_path / "for"
+    assert cli_main(["calibrate", "--backend", "torch-cpu", "--for", f"{models}:one_block", "--out", str(out),
+                     "--input-shape", "1,3,16,16", "--repeats", "2", "--warmup", "1"]) == 0
+    assert "12 interleaved round(s)" in capsys.readouterr().out
+    record = json.loads((next(out.iterdir()) / "protocol.json").read_text())
+    assert (record["drift"], record["across_rounds"]) == ("canary", "median")
+    campaign = tmp_path / "campaign"
+    assert cli_main(["calibrate", "--backend", "torch-cpu", "--sweep", "smoke", "--out", str(campaign),
+                     "--minutes", "0.01", "--repeats", "2", "--warmup", "1"]) == 0
+    record = json.loads((next(campaign.iterdir()) / "protocol.json").read_text())
+    assert (record["drift"], record.get("across_rounds", "pool")) == ("none", "pool")

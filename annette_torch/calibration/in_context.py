@@ -266,7 +266,8 @@ def _locked_table(root: str | os.PathLike, backend: Backend, protocol: Protocol)
         found = differences(record, protocol)
         if found:
             raise StoreError(f"{folder} holds kernels measured with {', '.join(found)}; continue it with "
-                             f"--statistic {record['statistic']} --drift {record['drift']}, or use another --out")
+                             f"--statistic {record['statistic']} --drift {record['drift']} --across-rounds "
+                             f"{record.get('across_rounds', 'pool')}, or use another --out")
         yield folder, record
 
 
