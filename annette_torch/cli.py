@@ -267,13 +267,14 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
     if not args.out and not args.dry_run:
         raise ValueError("calibrate needs --out DIR (where the measurements go)")
-    fill_defaults(args, FOR_PROTOCOL if args.models is not None else CALIBRATION_PROTOCOL)
-    if args.method != "profile" and (args.models is None or args.prior or args.minutes):
+    table = args.models is not None and not (args.prior or args.minutes)   # --for's kernel table, not a campaign
+    fill_defaults(args, FOR_PROTOCOL if table else CALIBRATION_PROTOCOL)
+    if args.method != "profile" and not table:
         raise ValueError("--method applies to calibrate --for MODEL ..., not to a campaign")
     if args.compile != "each-round" and args.method != "end-to-end":
         raise ValueError("--compile applies to calibrate --for --method end-to-end (whole networks); a campaign "
                          "and the profiling of --for compile anew each round")
-    if args.across_rounds != "pool" and args.models is None:
+    if args.across_rounds != "pool" and not table:
         raise ValueError("--across-rounds applies to calibrate --for (whole networks); a campaign pools the rounds")
     if args.prior or (args.minutes and args.sweep is None):
         return _calibrate_budget(args)

@@ -155,3 +155,7 @@ def test_end_to_end_refuses_onnx_files_and_campaigns(models, tmp_path, capsys):
     assert cli_main(["calibrate", "--backend", "torch-cpu", "--sweep", "smoke", "--across-rounds", "median",
                      "--out", str(tmp_path / "c")]) != 0
     assert "--across-rounds applies to calibrate --for" in capsys.readouterr().err
+    # --for weighing a budgeted campaign is a campaign: it takes a campaign's protocol, not the table's
+    assert cli_main(["calibrate", "--backend", "torch-cpu", "--minutes", "1", "--prior", "torch-cpu", "--for",
+                     f"{models}:one_block", "--across-rounds", "median", "--out", str(tmp_path / "b")]) != 0
+    assert "--across-rounds applies to calibrate --for" in capsys.readouterr().err
