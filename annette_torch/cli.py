@@ -120,8 +120,20 @@ def _print_report(report: pd.DataFrame, full: bool, summary: dict) -> None:
     print(f"{len(report)} kernels ({free} free views/identities{' hidden' if not full and free else ''}); "
           f"overhead {report.attrs['overhead_ms']:.3f} ms")
     print(f"total: {report.attrs['total_ms']:.3f} ms  ({report.attrs['model']} on {report.attrs['profile']})")
-    print(f"{summary['gmacs']:.4g} GMACs, {_count(summary['parameters'])} parameters")
+    print(f"{summary['gmacs']:.4g} GMACs, {_count(summary['parameters'])} parameters{_weights_note(report)}")
     print(confidence_line(report))
+
+
+def _weights_note(report: pd.DataFrame) -> str:
+    """Where the network's weights come from at each inference, when the profile knows
+    how large a network keeps them cached ("" otherwise)."""
+    cache = report.attrs.get("weight_cache_bytes")
+    if cache is None:
+        return ""
+    size = f"{report.attrs['weight_bytes'] / 2 ** 20:.1f} MiB of weights"
+    if report.attrs["weights_from_memory"]:
+        return f"; {size}, read from memory at each inference (more than the {cache / 2 ** 20:.1f} MiB that stay cached)"
+    return f"; {size}, cached between inferences (up to {cache / 2 ** 20:.1f} MiB stay cached)"
 
 
 def confidence_line(report: pd.DataFrame, kinds_shown: int = 4) -> str:

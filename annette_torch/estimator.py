@@ -89,6 +89,7 @@ class FreeWorkWarning(UserWarning):
 #: the longest time one kernel may be estimated at (seconds): 11.6 days; a longer one
 #: comes from broken parameters (a peak of 1e-300), and an estimate refuses it
 MAX_KERNEL_S = 1e6
+_WEIGHT_ELEMS = FEATURES.index("weight_elems")
 #: warn (:class:`FreeWorkWarning`) when layers the compiler removes hold more than this
 #: share of a network's operations
 FREE_OPS_WARNING_SHARE = 0.25
@@ -118,10 +119,12 @@ class Estimator:
     use the roofline. ``use_mapping=False`` skips the fusion rules (every layer is its
     own kernel), for comparing against the stacked model. A profile adapted to another
     device maps with its adaptation's ``fusion`` and ``optimizes_graph``
-    (:mod:`annette_torch.layer_models.adapted`). ``weights_from_memory=False``
-    drops the profile's floor of weight bytes over memory bandwidth per kernel (see
-    :mod:`annette_torch.layer_models.weights_from_memory`), for networks whose weights
-    stay cached between inferences, such as a calibration benchmark run in a loop.
+    (:mod:`annette_torch.layer_models.adapted`). A network holding more weight bytes
+    than the profile's ``weight_cache_bytes`` (any network, where it has none) reads
+    them from memory at each inference: each kernel takes at least its weight bytes over
+    the profile's weight bandwidth (:mod:`annette_torch.layer_models.weights_from_memory`);
+    ``weights_from_memory=False`` drops that floor for every network, as for a
+    calibration benchmark run in a loop.
     ``measured``: a table of kernels measured in context on this machine (a folder made
     by ``annette-torch calibrate --for``, or a
     :class:`~annette_torch.measure.kernel_table.MeasuredKernels`); a kernel it holds takes
@@ -153,6 +156,7 @@ class Estimator:
         self.model_type = model_type
         self.use_mapping = use_mapping
         self.weights_from_memory = weights_from_memory and self.profile.weight_bandwidth_bytes_s is not None
+        self._weight_bits = getattr(self.profile.layer_models.get("roofline", {}).get("default"), "bit_weights", 32)
         self._models: dict[str, tuple[str, str, Any]] = {}
         adaptation = self.profile.adaptation        # an adapted profile maps as its target does
         rules = self.profile.mapping if adaptation is None else adaptation.rules(self.profile.mapping)
@@ -210,22 +214,44 @@ class Estimator:
                            self._merges, self._reorders, layout_transposes)
 
     def layer_model(self, kernel_kind: str) -> tuple[str, str, Any]:
-        """(model type, profile entry, layer model) that answers ``kernel_kind``, with the
-        profile's weights-from-memory floor when this estimator applies it."""
+        """(model type, profile entry, layer model) that answers ``kernel_kind``, without
+        the weights-from-memory floor (:meth:`group_model` adds it)."""
         if kernel_kind not in self._models:
             kind = kernel_kind
             if kind.endswith(NO_INPUT_GRAD) and not any(kind in m for m in self.profile.layer_models.values()):
                 kind = kind[: -len(NO_INPUT_GRAD)]     # not calibrated: the kind with its input gradient
-            type_name, entry, model = self.profile.model_for(kind, self.model_type)
-            if self.weights_from_memory:
-                bits = getattr(self.profile.layer_models["roofline"]["default"], "bit_weights", 32)
-                model = WeightsFromMemory(model, self.profile.weight_bandwidth_bytes_s, bits)
-            self._models[kernel_kind] = (type_name, entry, model)
+            self._models[kernel_kind] = self.profile.model_for(kind, self.model_type)
         return self._models[kernel_kind]
 
-    def group_model(self, table: KernelTable, kind: str, rows: np.ndarray) -> Any:
+    @staticmethod
+    def weight_elems(table: KernelTable) -> float:
+        """The weight elements of ``table``'s executed kernels: what a network holds."""
+        return float(table.features[~table.free, _WEIGHT_ELEMS].sum())
+
+    @property
+    def max_cached_weight_elems(self) -> float | None:
+        """The most weight elements a network may hold and still find them cached at each
+        inference: the profile's ``weight_cache_bytes`` in elements; None where every
+        network reads its weights from memory (the profile knows no such size), infinite
+        where none does (this estimator applies no weights-from-memory floor)."""
+        if not self.weights_from_memory:
+            return math.inf
+        cache = self.profile.weight_cache_bytes
+        return None if cache is None else cache / (self._weight_bits / 8.0)
+
+    def reads_weights_from_memory(self, weight_elems: float) -> bool:
+        """Whether a network of ``weight_elems`` weight elements reads its weights from
+        memory at each inference (more than :attr:`max_cached_weight_elems`): its
+        kernels then take at least their weight bytes over the profile's weight bandwidth
+        (:mod:`annette_torch.layer_models.weights_from_memory`)."""
+        limit = self.max_cached_weight_elems
+        return limit is None or weight_elems > limit
+
+    def group_model(self, table: KernelTable, kind: str, rows: np.ndarray, from_memory: bool | None = None) -> Any:
         """The layer model that predicts the kernels ``rows`` (all of kind ``kind``) of
-        ``table``: the kind's model, plus the profile's cost of the layers fused into
+        ``table``: the kind's model, at least their weight bytes over the profile's weight
+        bandwidth where ``from_memory`` (None: where :meth:`reads_weights_from_memory`
+        says so for ``table``'s network), plus the profile's cost of the layers fused into
         each of them and its per-kernel overhead (:mod:`annette_torch.layer_models.fused_layers`),
         corrected by the profile's adaptation to another device if it has one
         (:mod:`annette_torch.layer_models.adapted`), then by its correction of a prior from
@@ -233,6 +259,10 @@ class Estimator:
         then times the scale of the measured table if it has one (the kernels it lacks;
         :mod:`annette_torch.measure.kernel_table`)."""
         type_name, _, model = self.layer_model(kind)
+        if from_memory is None:
+            from_memory = self.reads_weights_from_memory(self.weight_elems(table))
+        if from_memory:
+            model = WeightsFromMemory(model, self.profile.weight_bandwidth_bytes_s, self._weight_bits)
         costs = self.profile.fused_cost_s_per_elem
         per_elem = np.array([sum(costs.get(k, 0.0) for k in table.layer_kinds[r][1:]) for r in rows])
         if per_elem.any() or self.profile.kernel_overhead_ms:
@@ -246,12 +276,14 @@ class Estimator:
             model = ScaledKernels(model, self.measured.scale)
         return model
 
-    def model_groups(self, table: KernelTable, skip: np.ndarray | None = None) -> list[tuple[np.ndarray, Any]]:
+    def model_groups(self, table: KernelTable, skip: np.ndarray | None = None,
+                     from_memory: bool | None = None) -> list[tuple[np.ndarray, Any]]:
         """(row indices, layer model) per kernel kind of ``table``, free kernels (and
-        those ``skip`` marks) left out: what one vectorized prediction per kind needs."""
+        those ``skip`` marks) left out: what one vectorized prediction per kind needs
+        (``from_memory``: see :meth:`group_model`)."""
         skip = table.free if skip is None else table.free | skip
         groups = [(kind, rows[~skip[rows]]) for kind, rows in table.groups.items()]
-        return [(rows, self.group_model(table, kind, rows)) for kind, rows in groups if len(rows)]
+        return [(rows, self.group_model(table, kind, rows, from_memory)) for kind, rows in groups if len(rows)]
 
     def measured_ms(self, table: KernelTable) -> np.ndarray:
         """Per kernel of ``table``: its time measured in context (``measured``), NaN where
@@ -380,7 +412,9 @@ class Estimator:
         confidence and the features outside the calibrated range (``"c=3 (8..2048)"``).
 
         ``report.attrs`` holds ``total_ms`` (including ``overhead_ms``; equal to what
-        ``self(model)`` returns) and the profile name.
+        ``self(model)`` returns), the profile name, the network's ``weight_bytes``,
+        whether it reads them from memory (``weights_from_memory``) and the profile's
+        ``weight_cache_bytes`` that decided it (None where there is no such size).
         """
         import pandas as pd  # imported on use: estimating needs no pandas
 
@@ -407,9 +441,12 @@ class Estimator:
             "confidence": times.confidence,
             "outside_range": self._outside_text(times),
         })
+        weight_elems = self.weight_elems(table)
         frame.attrs.update(total_ms=times.total_ms,
                            overhead_ms=self.profile.overhead_ms, profile=self.profile.name,
-                           model=graph.model_name)
+                           model=graph.model_name, weight_bytes=weight_elems * self._weight_bits / 8.0,
+                           weights_from_memory=self.reads_weights_from_memory(weight_elems),
+                           weight_cache_bytes=self.profile.weight_cache_bytes if self.weights_from_memory else None)
         return frame
 
     def _outside_text(self, times: KernelTimes) -> list[str]:

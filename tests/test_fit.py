@@ -241,10 +241,58 @@ def test_weights_from_memory_floor_binds_only_kernels_bound_by_their_weights():
     assert floor(conv_graph) == plain(conv_graph)
     report = floor.report(fc_graph)
     assert report["layer_model"].tolist() == ["roofline"]      # the wrapped model's type is reported
+    assert report.attrs["weights_from_memory"] and report.attrs["weight_bytes"] == weight_bytes
     # the torch path (differentiable width search) sees the same floor
-    _, _, model = floor.layer_model("linear")
-    features = torch.as_tensor(fc_graph.features)
+    table = floor.kernel_table(fc_graph)
+    model = floor.group_model(table, "linear", np.arange(len(table)))
+    features = torch.as_tensor(table.features)
     assert float(model.predict(features, xp=torch)[0].sum()) == pytest.approx(weight_bytes / 1e10)
+
+
+def test_a_network_within_the_profiles_weight_cache_reads_its_weights_from_cache(tmp_path):
+    """A network holding at most ``weight_cache_bytes`` of weights keeps them cached (no
+    floor); a larger one reads them from memory; the field saves, loads and is checked."""
+    from torch import nn
+
+    from annette_torch.profiles import Profile
+
+    roof = RefinedRoofline(peak_ops_s=1e11, bandwidth_bytes_s=1e11)
+    profile = Profile(name="synthetic", fingerprint={"backend": "none", "device": "none", "runtime_version": "0",
+                                                     "threads": 1, "precision": "f32"},
+                      layer_models={"roofline": {"default": roof}}, weight_bandwidth_bytes_s=1e10,
+                      weight_cache_bytes=32 * 2 ** 20)
+    est, plain = Estimator(profile), Estimator(profile, weights_from_memory=False)
+    small, large = trace(nn.Linear(1024, 1024), input_shape=(1, 1024)), trace(nn.Linear(4096, 4096), input_shape=(1, 4096))
+    assert est(small) == plain(small)                                     # 4 MiB: cached
+    assert est(large) == pytest.approx((4096 * 4096 + 4096) * 4 / 1e10 * 1e3)    # 64 MiB: from memory
+    assert not est.report(small).attrs["weights_from_memory"] and est.report(large).attrs["weights_from_memory"]
+    assert est.max_cached_weight_elems == 8 * 2 ** 20 and plain.max_cached_weight_elems == math.inf
+
+    path = profile.save(tmp_path / "synthetic.json")
+    assert load_profile(path).weight_cache_bytes == 32 * 2 ** 20
+    data = json.loads(Path(path).read_text())
+    data["weight_cache_bytes"] = -1
+    (tmp_path / "broken.json").write_text(json.dumps(data))
+    with pytest.raises(ProfileError, match="weight_cache_bytes"):
+        load_profile(tmp_path / "broken.json")
+
+
+def test_weight_cache_fit_splits_batch_one_linears_by_their_networks_weights():
+    """Benchmarks up to 10 MiB of weights read them at 50 GB/s, from 20 MiB at 20 GB/s:
+    the cache is the geometric middle, 14.1 MiB; equal rates fit no cache."""
+    from annette_torch.fit.weights import fit_weight_cache
+
+    network_mib = [2, 4, 6, 8, 10, 20, 30, 40, 60, 80]
+    rows = pd.DataFrame({"benchmark": [f"b{m}" for m in network_mib], "kind": "linear", "n": 1, "h": 1, "w": 1,
+                         "weight_elems": [m * 2 ** 20 / 4 for m in network_mib]})
+    networks = pd.Series(rows["weight_elems"].to_numpy(), index=rows["benchmark"])
+    rate = np.where(np.array(network_mib) <= 10, 50e9, 20e9)
+    rows["time_ms"] = rows["weight_elems"] * 4 / rate * 1e3
+    cache, summary = fit_weight_cache(rows, networks)
+    assert cache == pytest.approx(math.sqrt(10 * 20) * 2 ** 20)
+    assert summary["cached_bytes_s"] == pytest.approx(50e9) and summary["from_memory_bytes_s"] == pytest.approx(20e9)
+    rows["time_ms"] = rows["weight_elems"] * 4 / 30e9 * 1e3
+    assert fit_weight_cache(rows, networks)[0] is None
 
 
 def _other_cpu_id(here: dict) -> dict:

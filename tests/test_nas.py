@@ -188,3 +188,45 @@ def test_block_costs_count_only_the_returned_maps_reorder():
     assert cost.output_reorder_ms > 0 and cache.block("first", first, (1, 3, 32, 32)).output_reorder_ms > 0
     whole = nn.Sequential(first(), second()).eval()
     assert cost.time_ms == pytest.approx(est(whole, input_shape=(1, 3, 32, 32)), rel=1e-9)
+
+
+def test_candidates_on_both_sides_of_the_weight_cache_equal_the_estimator():
+    """With a profile whose weight cache lies among a space's candidates, the signature
+    cache, a lookup table and the width latency each take the regime the network's own
+    weights decide, as the estimator does: small candidates cached, large ones from memory."""
+    import dataclasses
+
+    from annette_torch import load_profile
+
+    space = MobileNetV2Space(resolution=96)   # 1000 classes: a classifier the floor binds
+    rng = random.Random(3)
+    archs = [space.sample(rng) for _ in range(8)]
+    models = [space.build(a) for a in archs]
+    weight_bytes = sorted(4.0 * sum(p.numel() for p in m.parameters()) for m in models)
+    shipped = load_profile("openvino-cpu")
+    profile = dataclasses.replace(shipped, weight_cache_bytes=(weight_bytes[3] + weight_bytes[4]) / 2,
+                                  weight_bandwidth_bytes_s=shipped.weight_bandwidth_bytes_s or 2e10)
+    est = Estimator(profile)
+    cache = SignatureCache(est)
+    regimes = set()
+    for arch, model in zip(archs, models):
+        graph = trace(model, input_shape=(1, 3, 96, 96))
+        regimes.add(est.report(graph).attrs["weights_from_memory"])
+        assert cache.blocks_cost(space.blocks(arch)).time_ms == pytest.approx(est(graph), rel=1e-12)
+        assert float(WidthLatency(est, graph)(torch.ones(1))) == pytest.approx(est(graph), rel=1e-12)
+    assert regimes == {True, False}
+    always = Estimator(dataclasses.replace(profile, weight_cache_bytes=None))
+    graphs = [trace(m, input_shape=(1, 3, 96, 96)) for m in models]
+    assert any(always(g) > est(g) for g in graphs)
+
+    positions = [((1, 16, 8, 8), [(("mb", e), lambda e=e: InvertedResidual(16, 16, 1, e, 3)) for e in (1, 6)]),
+                 ((1, 16, 8, 8), [(("wide", f), lambda f=f: nn.Conv2d(16, 16, 1) if f == 1 else
+                                   nn.Sequential(nn.Flatten(), nn.Linear(16 * 64, 16 * 64 * f), nn.Unflatten(1, (16 * f, 8, 8)),
+                                                 nn.Conv2d(16 * f, 16, 1))) for f in (1, 64)])]
+    small = Estimator(dataclasses.replace(profile, weight_cache_bytes=8e6))
+    lut = LatencyLUT.build(SignatureCache(small), positions)
+    assert lut.cached is not None
+    for choices in ([0, 0], [1, 0], [0, 1], [1, 1]):
+        net = nn.Sequential(positions[0][1][choices[0]][1](), positions[1][1][choices[1]][1]())
+        assert lut.latency_ms(choices) == pytest.approx(small(net, input_shape=(1, 16, 8, 8)), rel=1e-9)
+    assert lut.latency_ms([0, 1]) > lut.latency_ms([0, 0])

@@ -73,7 +73,7 @@ from .overhead import Gap, fit_gap, kernel_decade_sums, scaled_kernel_sums
 from .ranges import calibrated_ranges
 from .roofline import as_plain, fit_roofline
 from .table import StoreData, held_out, kernel_table, load_store, output_reorder_pattern, runtime_kernels_ms
-from .weights import fit_weight_bandwidth
+from .weights import benchmark_weight_elems, fit_weight_bandwidth, fit_weight_cache
 
 MODEL_TYPES = ("roofline", "refined_roofline", "statistical", "mixed")
 PREFERENCE = ("mixed", "statistical", "refined_roofline", "roofline")
@@ -98,6 +98,7 @@ class _Pass:
     ranges: dict[str, Range]
     default: RefinedRoofline
     weight_bandwidth: tuple[float | None, dict]
+    weight_cache: tuple[float | None, dict]
     fused_costs: tuple[dict[str, float], dict]
 
 
@@ -161,6 +162,7 @@ def _fit_pass(data: StoreData, train: set[str], min_time_ms: float, max_spread: 
         modelled[index] = model.predict(features[index])[0]
     return _Pass(rules, decisions, gap, kernels, fits, calibrated_ranges(rows[plain], min_rows), default,
                  fit_weight_bandwidth(rows, gap, default.bit_weights),
+                 fit_weight_cache(rows, benchmark_weight_elems(data.layers), default.bit_weights),
                  fit_fused_costs(fused, modelled, seconds, min_rows))
 
 
@@ -228,7 +230,7 @@ def _profile(name: str, data: StoreData, fitted: _Pass, fit_metrics: dict, notes
         name=name, fingerprint={**fp, "device": fp.get("cpu", fp.get("device", ""))}, layer_models=models,
         model_preference=tuple(t for t in PREFERENCE if t in models), mapping=fitted.rules,
         overhead_ms=fitted.gap.overhead_ms, kernel_overhead_ms=fitted.gap.kernel_ms, weight_bandwidth_bytes_s=fitted.weight_bandwidth[0],
-        fused_cost_s_per_elem=fitted.fused_costs[0], optimizes_graph=_backend_flag(data, "optimizes_graph"),
+        weight_cache_bytes=fitted.weight_cache[0], fused_cost_s_per_elem=fitted.fused_costs[0], optimizes_graph=_backend_flag(data, "optimizes_graph"),
         removes_identity_slices=_backend_flag(data, "removes_identity_slices"),
         folds_layout_transposes=_backend_flag(data, "folds_layout_transposes"),
         merges_elementwise=_backend_flag(data, "merges_elementwise"), reorders_outputs=bool(output_reorder_pattern(data)),
@@ -369,6 +371,7 @@ def fit_profile(store_folder: str | os.PathLike, name: str | None = None, seed: 
     metrics.update(
         fitted_on="all benchmarks" if refit_all else "training benchmarks", gap=final.gap.to_dict(),
         weight_bandwidth=final.weight_bandwidth[1], weight_bandwidth_bytes_s=final.weight_bandwidth[0],
+        weight_cache=final.weight_cache[1], weight_cache_bytes=final.weight_cache[0],
         fused_costs={"s_per_elem": final.fused_costs[0], **final.fused_costs[1]},
         mapping={"rules": [describe_rule(r) for r in final.rules],
                  "pairs": [{"primary": d.primary, "secondary": d.secondary, "examples": d.examples,
@@ -409,6 +412,18 @@ def _weight_line(summary: dict, bandwidth: float | None) -> str:
     return (f"weights from memory at {bandwidth / 1e9:.1f} GB/s (median of {summary['kernels']} fully connected "
             f"kernels with {summary['min_weight_bytes'] / 2 ** 20:.0f}-{summary['largest_weight_bytes'] / 2 ** 20:.0f} "
             f"MiB of weights)")
+
+
+def _cache_line(summary: dict, cache_bytes: float | None) -> str:
+    if "largest_cached_bytes" not in summary:
+        return (f"weights cached between inferences: not fitted ({summary.get('kernels', 0)} batch-1 fully "
+                f"connected kernels with at least 1 MiB of weights)")
+    split = (f"benchmarks of up to {summary['largest_cached_bytes'] / 2 ** 20:.1f} MiB of weights ran them at "
+             f"{summary['cached_bytes_s'] / 1e9:.1f} GB/s, from {summary['smallest_from_memory_bytes'] / 2 ** 20:.1f} "
+             f"MiB at {summary['from_memory_bytes_s'] / 1e9:.1f} GB/s; {summary['kernels']} batch-1 fully connected kernels")
+    if cache_bytes is None:
+        return f"weights cached between inferences: not fitted, the two rates are too close ({split})"
+    return f"weights cached between inferences in networks of up to {cache_bytes / 2 ** 20:.1f} MiB of weights ({split})"
 
 
 def _fused_line(summary: dict) -> str:
@@ -462,6 +477,7 @@ def format_report(metrics: dict) -> str:
               f"{gap.get('slope', 0.0):+.3f} per decade (end-to-end MAPE of {gap['benchmarks']} benchmarks: "
               f"{_cell(gap['mape_sum'])}% for the plain sum of their kernels, {_cell(gap['mape_fit'])}% with these)",
               _weight_line(metrics.get("weight_bandwidth", {}), metrics.get("weight_bandwidth_bytes_s")),
+              _cache_line(metrics.get("weight_cache", {}), metrics.get("weight_cache_bytes")),
               _fused_line(metrics.get("fused_costs", {})),
               "", "fusion rules:"] + [f"  {rule}" for rule in metrics["mapping"]["rules"] or ["(none)"]]
     return "\n".join(lines)

@@ -10,11 +10,11 @@
   per stage) used by the search examples and benchmarks.
 """
 from .cache import BlockCost, SignatureCache
-from .lut import LatencyLoss, LatencyLUT
+from .lut import CachedWeights, LatencyLoss, LatencyLUT
 from .mobilenetv2_space import InvertedResidual, MobileNetV2Space, StageChoice
 from .nasbench201 import NB201Network, arch_string, parse_arch, sample_architectures
 from .width import WidthLatency
 
-__all__ = ["BlockCost", "InvertedResidual", "LatencyLUT", "LatencyLoss", "MobileNetV2Space",
+__all__ = ["BlockCost", "CachedWeights", "InvertedResidual", "LatencyLUT", "LatencyLoss", "MobileNetV2Space",
            "NB201Network", "SignatureCache", "StageChoice", "WidthLatency", "arch_string", "parse_arch",
            "sample_architectures"]

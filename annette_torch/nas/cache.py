@@ -54,12 +54,18 @@ class BlockCost:
 
     A block's ``time_ms`` leaves out the reorder of its output into NCHW that a target
     like OpenVINO runs when a network returns a feature map (``output_reorder_ms``): a
-    block's output feeds the next block, and only the last block's is returned."""
+    block's output feeds the next block, and only the last block's is returned.
+
+    A block's ``time_ms`` is its time in a network that reads its weights from memory at
+    each inference, ``cached_ms`` in one small enough to keep them cached (the network's
+    weights decide, :meth:`~annette_torch.estimator.Estimator.reads_weights_from_memory`);
+    a candidate's ``time_ms`` is the one its weights decide, and ``cached_ms`` is None."""
 
     time_ms: float
     ops: float
     weights: float   # parameter and buffer elements
     output_reorder_ms: float = 0.0
+    cached_ms: float | None = None
 
 
 def _trace_block(build: Callable[[], nn.Module], input_shape: tuple[int, ...]) -> LayerGraph:
@@ -93,11 +99,15 @@ class SignatureCache:
         in an estimate (never a NaN in the cache)."""
         return self._graph_ms(graph)[0]
 
-    def _graph_ms(self, graph: LayerGraph) -> tuple[float, float]:
+    def _graph_ms(self, graph: LayerGraph, from_memory: bool | None = None) -> tuple[float, float]:
         """(sum of the kernel times of ``graph``, the part in its output reorders), as
-        :meth:`graph_time_ms` computes and caches them."""
+        :meth:`graph_time_ms` computes and caches them; ``from_memory``: whether the
+        kernels read their weights from memory (None: as ``graph``'s weights decide)."""
         table = self.estimator.kernel_table(graph)
-        keys = [(kind, fused[1:], row.tobytes()) for kind, fused, row in zip(table.kinds, table.layer_kinds, table.features)]
+        if from_memory is None:
+            from_memory = self.estimator.reads_weights_from_memory(self.estimator.weight_elems(table))
+        keys = [(kind, fused[1:], row.tobytes(), from_memory)
+                for kind, fused, row in zip(table.kinds, table.layer_kinds, table.features)]
         measured = self.estimator.measured_ms(table)
         for i in np.flatnonzero(np.isfinite(measured)):
             self.kernels.setdefault(keys[i], float(measured[i]))
@@ -108,7 +118,7 @@ class SignatureCache:
         for i in missing:
             by_kind.setdefault(table.kinds[i], []).append(i)
         for kind, rows in by_kind.items():
-            model = self.estimator.group_model(table, kind, np.array(rows))
+            model = self.estimator.group_model(table, kind, np.array(rows), from_memory)
             seconds, _ = model.predict(table.features[rows])
             self.estimator.checked_sum(graph, table, kind, np.array(rows), np.atleast_1d(seconds))
             for i, s in zip(rows, np.atleast_1d(seconds)):
@@ -127,21 +137,25 @@ class SignatureCache:
             return cost
         self.misses += 1
         graph = _trace_block(build, input_shape)
-        total, reorders = self._graph_ms(graph)
+        large, small = (self.estimator.reads_weights_from_memory(w) for w in (float("inf"), 0.0))
+        total, reorders = self._graph_ms(graph, large)
+        cached = total if small == large else self._graph_ms(graph, small)[0]
         cost = BlockCost(total - reorders, float(graph.features[:, _OPS].sum()), float(graph.features[:, _WEIGHTS].sum()),
-                         reorders)
+                         reorders, cached - reorders)
         self.blocks[key] = cost
         return cost
 
     def blocks_cost(self, blocks: Iterable[tuple[Hashable, Callable[[], nn.Module], tuple[int, ...]]]) -> BlockCost:
         """Summed cost of (signature, build, input_shape) blocks, plus the overhead once and
-        the last block's output reorder (the network returns that block's output)."""
-        time_ms = ops = weights = reorder_ms = 0.0
-        for signature, build, shape in blocks:
-            cost = self.block(signature, build, shape)
-            time_ms, ops, weights = time_ms + cost.time_ms, ops + cost.ops, weights + cost.weights
-            reorder_ms = cost.output_reorder_ms
-        return BlockCost(time_ms + reorder_ms + self.estimator.profile.overhead_ms, ops, weights, reorder_ms)
+        the last block's output reorder (the network returns that block's output), each
+        block at its time in a network of the blocks' summed weights (:class:`BlockCost`)."""
+        costs = [self.block(signature, build, shape) for signature, build, shape in blocks]
+        weights = sum(cost.weights for cost in costs)
+        from_memory = self.estimator.reads_weights_from_memory(weights)
+        reorder_ms = costs[-1].output_reorder_ms if costs else 0.0
+        time_ms = sum(cost.time_ms if from_memory else cost.cached_ms for cost in costs)
+        return BlockCost(time_ms + reorder_ms + self.estimator.profile.overhead_ms,
+                         sum(cost.ops for cost in costs), weights, reorder_ms)
 
     def candidates(self, space, archs: Iterable, progress: bool | None = None) -> list[BlockCost]:
         """Batched estimation of many architectures of one space (anything with a

@@ -37,7 +37,9 @@ class WidthLatency:
 
     ``group_of(layer) -> int`` assigns layers to multiplier groups (default: one global
     multiplier); the multiplier tensor then has ``num_groups`` entries. With all
-    multipliers 1 the value equals ``estimator(graph)``.
+    multipliers 1 the value equals ``estimator(graph)``. Whether the kernels read their
+    weights from memory follows the weights at ``multipliers``
+    (:meth:`~annette_torch.estimator.Estimator.reads_weights_from_memory`).
     """
 
     def __init__(self, estimator: Estimator, graph: LayerGraph,
@@ -76,8 +78,12 @@ class WidthLatency:
             codes[:, _COL[column]] = np.where(product, for_products, _IN)
         self.codes = torch.as_tensor(codes)
         self.base = torch.as_tensor(table.features)
-        self._groups = [(table.kinds[rows[0]], rows, torch.as_tensor(rows), model)
-                        for rows, model in estimator.model_groups(table)]
+        # per weights regime (read from memory or cached: the network's weights decide at each call)
+        self._groups = {from_memory: [(table.kinds[rows[0]], rows, torch.as_tensor(rows), model)
+                                      for rows, model in estimator.model_groups(table, from_memory=from_memory)]
+                        for from_memory in {estimator.reads_weights_from_memory(0.0),
+                                            estimator.reads_weights_from_memory(float("inf"))}}
+        self._executed = torch.as_tensor(np.flatnonzero(~table.free))
 
     def features(self, multipliers: torch.Tensor) -> torch.Tensor:
         """Kernel feature matrix at the given multipliers (differentiable); ``ValueError``
@@ -103,8 +109,10 @@ class WidthLatency:
         """Latency in ms at ``multipliers`` (see :meth:`features`); :class:`~annette_torch.
         estimator.EstimateError` naming the kernel whose predicted time is not a valid one."""
         feats = self.features(multipliers)
+        weights = float(feats[self._executed, _COL["weight_elems"]].detach().sum())
+        groups = self._groups[self.estimator.reads_weights_from_memory(weights)]
         total = torch.zeros((), dtype=torch.float64)
-        for kind, rows, index, model in self._groups:
+        for kind, rows, index, model in groups:
             seconds, _ = model.predict(feats[index], xp=torch)
             self.estimator.checked_sum(self.graph, self.table, kind, rows, seconds.detach().cpu().numpy())
             total = total + seconds.sum()

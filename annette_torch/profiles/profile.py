@@ -14,6 +14,8 @@ when the profile has tree ensembles, their arrays in a numpy ``.npz`` file besid
                                                 # the profiler added to each kernel's time)
       "weight_bandwidth_bytes_s": 1.5e10,       # weights arrive from memory at this rate
                                                 # (optional; see layer_models.weights_from_memory)
+      "weight_cache_bytes": 1.5e7,              # ... unless the network holds at most this many
+                                                # bytes of weights: then they stay cached (optional)
       "fused_cost_s_per_elem": {"silu": 2e-10},  # per output element, per fused layer kind (may be < 0)
                                                 # (optional; see layer_models.fused_layers)
       "training": {"optimizer_step": {"sgd": {"per_tensor_ms": 0.004, "per_element_ns": 0.3}}},
@@ -157,6 +159,7 @@ class Profile:
     overhead_ms: float = 0.0
     kernel_overhead_ms: float = 0.0
     weight_bandwidth_bytes_s: float | None = None
+    weight_cache_bytes: float | None = None     # networks with at most these weight bytes read them from cache
     fused_cost_s_per_elem: dict[str, float] = field(default_factory=dict)
     optimizes_graph: bool = False
     removes_dead_code: bool | None = None   # None: as optimizes_graph
@@ -214,6 +217,7 @@ class Profile:
             "description": self.description, "fingerprint": dict(self.fingerprint),
             "overhead_ms": self.overhead_ms, "kernel_overhead_ms": self.kernel_overhead_ms,
             "weight_bandwidth_bytes_s": self.weight_bandwidth_bytes_s,
+            **({"weight_cache_bytes": self.weight_cache_bytes} if self.weight_cache_bytes is not None else {}),
             "fused_cost_s_per_elem": dict(self.fused_cost_s_per_elem),
             "optimizes_graph": self.optimizes_graph,
             **({"removes_dead_code": self.removes_dead_code} if self.removes_dead_code is not None else {}),
@@ -330,6 +334,9 @@ class Profile:
         bandwidth = data.get("weight_bandwidth_bytes_s")
         if bandwidth is not None:
             bandwidth = number(bandwidth, "field 'weight_bandwidth_bytes_s'", low=0, low_open=True)
+        weight_cache = data.get("weight_cache_bytes")
+        if weight_cache is not None:
+            weight_cache = number(weight_cache, "field 'weight_cache_bytes'", low=0)
         folds = boolean(data.get("optimizes_graph", False), "field 'optimizes_graph'")
         dead = data.get("removes_dead_code")
         dead = None if dead is None else boolean(dead, "field 'removes_dead_code'")
@@ -355,6 +362,7 @@ class Profile:
         return cls(name=text(data["name"], "field 'name'"), fingerprint=dict(data["fingerprint"]),
                    layer_models=models, model_preference=tuple(preference), mapping=tuple(rules), overhead_ms=overhead,
                    kernel_overhead_ms=per_kernel, weight_bandwidth_bytes_s=bandwidth,
+                   weight_cache_bytes=weight_cache,
                    fused_cost_s_per_elem={str(k): v for k, v in fused_costs.items()},
                    optimizes_graph=folds, removes_dead_code=dead, removes_identity_slices=identity_slices,
                    folds_layout_transposes=layout_transposes,
