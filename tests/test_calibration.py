@@ -18,7 +18,7 @@ from annette_torch.backends import KernelRecord
 from annette_torch.calibration import (FAMILIES, BenchmarkSpec, MeasurementStore, StoreError, SweepError,
                                        build_benchmark, load_measurements, load_sweep, match_kernels,
                                        run_campaign)
-from annette_torch.calibration.generator import estimate_size
+from annette_torch.calibration.generator import estimate_size, resolve_params
 from annette_torch.calibration.store import LAYER_COLUMNS, NETWORK_COLUMNS
 
 HEADER = "family,count,n,h,w,c,f,k,stride,groups,op,pool\n"
@@ -154,6 +154,17 @@ def test_shape_families_refuse_what_they_cannot_build():
         build_benchmark(BenchmarkSpec("nms", {"h": 8, "c": 16, "op": "high"}))
     with pytest.raises(ValueError, match="unfold k must be odd"):
         build_benchmark(BenchmarkSpec("unfold", {"h": 8, "c": 2, "k": 4}))
+
+
+def test_group_width_sets_the_groups_from_the_channels():
+    """``groups="gw16"``: 16 channels per group, as RegNet's grouped convs; channels are
+    rounded down to what the width and the groups divide, f = c where not given."""
+    model, shape = build_benchmark(BenchmarkSpec("conv2d", {"h": 14, "c": 300, "k": 3, "groups": "gw16"}))
+    assert (model.conv.in_channels, model.conv.out_channels, model.conv.groups) == (288, 288, 18)
+    assert resolve_params(BenchmarkSpec("conv2d", {"h": 14, "c": 300, "f": 500, "k": 3, "groups": "gw16"}))["f"] == 486
+    assert resolve_params(BenchmarkSpec("conv2d", {"h": 14, "c": 10, "k": 3, "groups": "gw16"}))["groups"] == 1
+    with pytest.raises(ValueError, match="needs a positive group width"):
+        resolve_params(BenchmarkSpec("conv2d", {"h": 14, "c": 32, "k": 3, "groups": "gwide"}))
 
 
 def test_selection_families_run_on_fixed_data():

@@ -34,7 +34,9 @@ first conv, whose input needs no gradient).
 Parameters (see :data:`.sweep.PARAMETERS`): ``n`` batch, ``h``/``w`` input size (``w``
 defaults to ``h``), ``c``
 input channels (or neurons), ``f`` output channels (or neurons), ``k`` kernel,
-``stride``, ``groups`` (an int, or ``dw``: depthwise, f = c), ``op`` (activation, pooling
+``stride``, ``groups`` (an int; ``dw``: depthwise, f = c; or ``gw16``: groups of 16
+channels, as RegNet and ResNeXt have, c and f rounded down to multiples of 16, f = c
+where not given), ``op`` (activation, pooling
 or eltwise kind, or a chain such as ``bn-relu-maxpool``), ``pool`` (pooling window).
 """
 from __future__ import annotations
@@ -110,6 +112,22 @@ def family(name: str, required: tuple[str, ...], defaults: dict[str, Any],
     return register
 
 
+def _group_width(family: str, params: dict[str, Any]) -> dict[str, int]:
+    """``c``, ``f`` and ``groups`` of ``groups="gw<width>"``: ``c`` rounded down to a
+    multiple of the width (at least one group), ``f`` (``c`` where not given) to a
+    multiple of the groups."""
+    width = params["groups"][2:]
+    if not width.isdigit() or int(width) < 1 or not isinstance(params.get("c"), int) \
+            or not isinstance(params.get("f", 1), int):
+        raise ValueError(f"family {family!r}: groups {params['groups']!r} needs a positive group width (gw16) "
+                         f"and integer channels")
+    width = int(width)
+    c = max(width, params["c"] // width * width)
+    groups = c // width
+    f = max(groups, params.get("f", c) // groups * groups)
+    return {"c": c, "f": f, "groups": groups}
+
+
 def resolve_params(spec: BenchmarkSpec) -> dict[str, Any]:
     """The spec's parameters with the family's defaults filled in; ``ValueError`` names a
     missing, unused or invalid one."""
@@ -123,6 +141,8 @@ def resolve_params(spec: BenchmarkSpec) -> dict[str, Any]:
     params = {**fam.defaults, **spec.params}
     if params.get("groups") == "dw":
         params["groups"] = params["f"] = params["c"]
+    elif isinstance(params.get("groups"), str) and params["groups"].startswith("gw"):
+        params = {**params, **_group_width(spec.family, params)}
     if "w" in fam.required and "w" not in params and "h" in params:
         params["w"] = params["h"]      # square inputs unless w is given
     missing = [p for p in fam.required if p not in params]
