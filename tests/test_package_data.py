@@ -33,10 +33,10 @@ def _inside_package(path) -> bool:
 
 def test_sweeps_resolve_inside_the_package():
     assert str(sweeps_folder()) == str(resources.files("annette_torch.calibration").joinpath("sweeps"))
-    assert {"smoke", "quick", "full", "conv-context", "training", "training-large", "training-stem"} <= set(sweep_names())
+    assert {"smoke", "quick", "full", "conv-context", "grouped-conv", "training", "training-large", "training-stem"} <= set(sweep_names())
     assert all(_inside_package(sweep_path(name)) for name in sweep_names())
     assert not (ROOT / "calibration" / "sweeps").exists()       # one copy: the package's
-    with pytest.raises(SweepError, match=r"known sweeps: conv-context, full, quick, smoke, training.*shipped in .*annette_torch"):
+    with pytest.raises(SweepError, match=r"known sweeps: conv-context, full, grouped-conv, quick, smoke, training.*shipped in .*annette_torch"):
         load_sweep("no-such-sweep")
 
 

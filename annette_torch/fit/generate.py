@@ -162,7 +162,7 @@ def _fit_pass(data: StoreData, train: set[str], min_time_ms: float, max_spread: 
         modelled[index] = model.predict(features[index])[0]
     return _Pass(rules, decisions, gap, kernels, fits, calibrated_ranges(rows[plain], min_rows), default,
                  fit_weight_bandwidth(rows, gap, default.bit_weights),
-                 fit_weight_cache(rows, benchmark_weight_elems(data.layers), default.bit_weights),
+                 fit_weight_cache(rows, benchmark_weight_elems(data.graphs), default.bit_weights),
                  fit_fused_costs(fused, modelled, seconds, min_rows))
 
 

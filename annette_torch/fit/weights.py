@@ -21,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ..kinds import FEATURES
 from .overhead import Gap
 
 MIN_WEIGHT_BYTES = 64 * 2 ** 20
@@ -47,9 +48,12 @@ def fit_weight_bandwidth(kernels: pd.DataFrame, gap: Gap, bit_weights: int = 32,
                            "bandwidth_p10_p90": [float(p10), float(p90)]}
 
 
-def benchmark_weight_elems(layers: pd.DataFrame) -> pd.Series:
-    """Per benchmark of a store's layer rows, the weight elements of its executed layers."""
-    return layers[layers["status"] == "executed"].groupby("benchmark")["weight_elems"].sum()
+def benchmark_weight_elems(graphs: dict) -> pd.Series:
+    """Per benchmark, the weight elements of its traced graph (``StoreData.graphs``): what
+    the estimator counts as the network's weights."""
+    column = FEATURES.index("weight_elems")
+    return pd.Series({benchmark: float(graph.features[:, column].sum()) for benchmark, graph in graphs.items()},
+                     dtype=float)
 
 
 def fit_weight_cache(kernels: pd.DataFrame, network_weight_elems: pd.Series, bit_weights: int = 32,
