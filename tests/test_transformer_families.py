@@ -122,12 +122,17 @@ def test_the_matcher_accounts_for_every_layer_on_each_runtime(tiny_stores, backe
     named = layers[layers["layer"] != ""]
     assert set(named["benchmark"]) == {s.id for s in SPECS}
     assert set(named["status"]) <= {"executed", "fused", "optimized_out"}
+    ran = {(b, layer) for b, layer, status in zip(named["benchmark"], named["layer"], named["status"])
+           if status == "executed"}
     for kind in ("attention", "linear", "rms_norm"):                 # the compute is run, never lost
         rows = named[named["kind"] == kind]
-        # OpenVINO compiles the tiny GQA block's attention with its transposes into one Snippets subgraph
         executed = rows["status"] == "executed"
-        assert len(rows) and rows["status"].isin(["executed", "fused"]).all() and executed.sum() >= len(rows) - 1
+        assert len(rows) and rows["status"].isin(["executed", "fused"]).all()
         assert (rows.loc[executed, "time_ms"] > 0).all(), (backend, kind)
+        # a fused one ran inside an executed kernel of its benchmark (OpenVINO compiles a tiny decoder
+        # block's attention with its transposes into one Snippets subgraph, for one or more blocks)
+        fused = rows[~executed]
+        assert all((b, into) in ran for b, into in zip(fused["benchmark"], fused["fused_into"])), (backend, kind)
 
 
 def test_fused_layout_layers_leave_a_kernel_plain():
