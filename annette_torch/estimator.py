@@ -247,6 +247,11 @@ class Estimator:
         limit = self.max_cached_weight_elems
         return limit is None or weight_elems > limit
 
+    def weight_regimes(self) -> set[bool]:
+        """The values :meth:`reads_weights_from_memory` takes over networks of any size:
+        both where the profile's cache size decides, one where every network is alike."""
+        return {self.reads_weights_from_memory(0.0), self.reads_weights_from_memory(math.inf)}
+
     def group_model(self, table: KernelTable, kind: str, rows: np.ndarray, from_memory: bool | None = None) -> Any:
         """The layer model that predicts the kernels ``rows`` (all of kind ``kind``) of
         ``table``: the kind's model, at least their weight bytes over the profile's weight
@@ -282,6 +287,8 @@ class Estimator:
         those ``skip`` marks) left out: what one vectorized prediction per kind needs
         (``from_memory``: see :meth:`group_model`)."""
         skip = table.free if skip is None else table.free | skip
+        if from_memory is None:
+            from_memory = self.reads_weights_from_memory(self.weight_elems(table))
         groups = [(kind, rows[~skip[rows]]) for kind, rows in table.groups.items()]
         return [(rows, self.group_model(table, kind, rows, from_memory)) for kind, rows in groups if len(rows)]
 

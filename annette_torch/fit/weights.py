@@ -21,7 +21,6 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..kinds import FEATURES
 from .overhead import Gap
 
 MIN_WEIGHT_BYTES = 64 * 2 ** 20
@@ -51,9 +50,7 @@ def fit_weight_bandwidth(kernels: pd.DataFrame, gap: Gap, bit_weights: int = 32,
 def benchmark_weight_elems(graphs: dict) -> pd.Series:
     """Per benchmark, the weight elements of its traced graph (``StoreData.graphs``): what
     the estimator counts as the network's weights."""
-    column = FEATURES.index("weight_elems")
-    return pd.Series({benchmark: float(graph.features[:, column].sum()) for benchmark, graph in graphs.items()},
-                     dtype=float)
+    return pd.Series({benchmark: graph.total("weight_elems") for benchmark, graph in graphs.items()}, dtype=float)
 
 
 def fit_weight_cache(kernels: pd.DataFrame, network_weight_elems: pd.Series, bit_weights: int = 32,

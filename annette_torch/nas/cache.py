@@ -137,9 +137,9 @@ class SignatureCache:
             return cost
         self.misses += 1
         graph = _trace_block(build, input_shape)
-        large, small = (self.estimator.reads_weights_from_memory(w) for w in (float("inf"), 0.0))
-        total, reorders = self._graph_ms(graph, large)
-        cached = total if small == large else self._graph_ms(graph, small)[0]
+        regimes = self.estimator.weight_regimes()
+        total, reorders = self._graph_ms(graph, max(regimes))      # from memory if any network reads them so
+        cached = self._graph_ms(graph, False)[0] if len(regimes) == 2 else total
         cost = BlockCost(total - reorders, float(graph.features[:, _OPS].sum()), float(graph.features[:, _WEIGHTS].sum()),
                          reorders, cached - reorders)
         self.blocks[key] = cost

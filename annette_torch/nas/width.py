@@ -81,8 +81,7 @@ class WidthLatency:
         # per weights regime (read from memory or cached: the network's weights decide at each call)
         self._groups = {from_memory: [(table.kinds[rows[0]], rows, torch.as_tensor(rows), model)
                                       for rows, model in estimator.model_groups(table, from_memory=from_memory)]
-                        for from_memory in {estimator.reads_weights_from_memory(0.0),
-                                            estimator.reads_weights_from_memory(float("inf"))}}
+                        for from_memory in estimator.weight_regimes()}
         self._executed = torch.as_tensor(np.flatnonzero(~table.free))
 
     def features(self, multipliers: torch.Tensor) -> torch.Tensor:
