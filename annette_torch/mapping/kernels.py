@@ -67,9 +67,11 @@ class KernelTable:
 
 NO_INPUT_GRAD = ":no-input-grad"   # kind suffix of a training kernel whose inputs need no gradient
 
-#: layer kinds a ``merge_elementwise`` target compiles into one kernel when they read one another
-ELEMENTWISE_KINDS = frozenset({"add", "sub", "mul", "div", "relu", "relu6", "clamp", "leaky_relu", "silu",
-                               "hardswish", "hardsigmoid", "sigmoid", "gelu", "tanh", "mish", "unary"})
+#: layer kinds a ``merge_elementwise`` target compiles into one kernel when they read one another;
+#: an inference batch norm is a per-channel multiply-add (one on a re-parameterizable block's
+#: branch, not fused into a conv, runs inside the add after it: timm ``repghostnet_050`` in context)
+ELEMENTWISE_KINDS = frozenset({"add", "sub", "mul", "div", "batch_norm", "relu", "relu6", "clamp", "leaky_relu",
+                               "silu", "hardswish", "hardsigmoid", "sigmoid", "gelu", "tanh", "mish", "unary"})
 #: the kind of a kernel that merged several elementwise kernels
 ELEMENTWISE_SUBGRAPH = "eltwise_subgraph"
 
