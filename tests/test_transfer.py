@@ -160,7 +160,7 @@ def test_the_mapping_choice_round_trips_and_the_estimator_honours_it(graphs, tmp
         assert same_data(dataclasses.replace(reloaded, adaptation=None), source)
     assert (unfused.mapping_label, eager.mapping_label) == ("unfused", "eager")
     no_rules = Estimator(source, use_mapping=False)
-    not_folded = Estimator(dataclasses.replace(source, mapping=(), optimizes_graph=False))
+    not_folded = Estimator(dataclasses.replace(source, mapping=(), optimizes_graph=False, merges_elementwise=False))
     for graph in [*graphs, fork]:
         # no fusion (and, as the source, graph optimized): the source's estimate with
         # use_mapping=False, each kernel corrected
