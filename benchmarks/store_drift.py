@@ -6,7 +6,9 @@ measured again into another (a benchmark: prints a table, measures nothing).
     python benchmarks/store_drift.py --store calibration/data/openvino-cpu-1t-... --again W/openvino-cpu-1t-...
 
 Per family and per hour the store's rows were measured in: how many benchmarks both hold,
-and the geometric mean of the new end-to-end time over the stored one.
+and the geometric mean of the new end-to-end time over the stored one; then per layer
+kind, the same over the executed layers both hold (memory-bound kinds and convs need not
+move alike).
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ def main() -> None:
     parser.add_argument("--store", required=True, help="the store measured first")
     parser.add_argument("--again", required=True, help="a store holding some of its benchmarks measured again")
     args = parser.parse_args()
-    first, again = (load_measurements(folder)[1] for folder in (args.store, args.again))
+    (_, first, first_layers), (_, again, again_layers) = (load_measurements(folder) for folder in (args.store, args.again))
     ok = [n[n["status"] == "ok"] for n in (first, again)]
     both = ok[0].merge(ok[1][["benchmark", "time_ms"]], on="benchmark", suffixes=("", "_again"))
     both["ratio"] = both["time_ms_again"] / both["time_ms"]
@@ -32,6 +34,15 @@ def main() -> None:
           f"median {both['ratio'].median():.3f}")
     table = both.groupby(["hour", "family"])["ratio"].agg(count="count", again_over_first=geo)
     print(table.round(3).to_string())
+    executed = [layers[(layers["status"] == "executed") & (layers["time_ms"] > 0)][["benchmark", "layer", "kind", "time_ms"]]
+                for layers in (first_layers, again_layers)]
+    pairs = executed[0].merge(executed[1], on=["benchmark", "layer", "kind"], suffixes=("", "_again"))
+    pairs = pairs[pairs["benchmark"].isin(both["benchmark"])]
+    pairs["ratio"] = pairs["time_ms_again"] / pairs["time_ms"]
+    print("\nper layer kind (executed layers in both):")
+    kinds = pairs.groupby("kind").agg(layers=("ratio", "count"), again_over_first=("ratio", geo),
+                                      first_ms=("time_ms", "sum"), again_ms=("time_ms_again", "sum"))
+    print(kinds.sort_values("first_ms", ascending=False).round(3).to_string())
 
 
 if __name__ == "__main__":
