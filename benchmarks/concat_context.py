@@ -11,8 +11,9 @@ openvino-cpu backend compiles (1 thread, f32, LATENCY, performance counters on),
 ``--runs`` times; the table gives the median of the concat's (pool's) own counter, its
 exec type, and nanoseconds per output element (per input element for pools). The
 calibration store's concats (``branch_concat``) sit at a benchmark's output with channel
-counts drawn at random; real networks join multiples of 8 or 16 inside the network
-(docs/accuracy.md, session 24). A benchmark: prints a table, asserts nothing.
+counts drawn at random; real networks join multiples of 8 or 16 inside the network. On
+the profiles' Zen 4 (2026-12-06) neither changed the cost (docs/accuracy.md, session 24).
+A benchmark: prints a table, asserts nothing.
 """
 from __future__ import annotations
 
