@@ -50,16 +50,14 @@ class Probe(nn.Module):
 
 def probe_time(kind: str, f: int, h: int, consumer: bool, runs: int) -> tuple[float, str]:
     """Median over ``runs`` of the probe's concat (or pool) counter in ms, and its exec type."""
-    import openvino as ov
-
+    from annette_torch.backends import get_backend
     from annette_torch.backends.base import export_onnx
 
     with tempfile.TemporaryDirectory() as folder, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         path = f"{folder}/probe.onnx"
         export_onnx(Probe(kind, f, consumer).eval(), (1, 32, h, h), path)
-        compiled = ov.Core().compile_model(path, "CPU", {"INFERENCE_NUM_THREADS": 1, "INFERENCE_PRECISION_HINT": "f32",
-                                                         "PERFORMANCE_HINT": "LATENCY", "PERF_COUNT": True})
+        compiled = get_backend("openvino-cpu", threads=1).compile_onnx(path, perf_count=True)
     request = compiled.create_infer_request()
     x = np.random.default_rng(0).random((1, 32, h, h), dtype=np.float32)
     node_type = "Concat" if kind == "concat" else "MaxPool"
@@ -78,7 +76,6 @@ def main() -> None:
     parser.add_argument("--h", type=int, default=54)
     parser.add_argument("--runs", type=int, default=200)
     args = parser.parse_args()
-    torch.set_num_threads(1)
     print(f"{'probe':<8}{'f':>5}{'c%16':>7}{'context':>10}{'ms':>9}{'ns/elem':>9}  exec type")
     for kind in ("concat", "pool"):
         for f in WIDTHS:
