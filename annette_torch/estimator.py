@@ -247,6 +247,10 @@ class Estimator:
         limit = self.max_cached_weight_elems
         return limit is None or weight_elems > limit
 
+    def table_reads_weights_from_memory(self, table: KernelTable) -> bool:
+        """:meth:`reads_weights_from_memory` for the network whose kernel table is ``table``."""
+        return self.reads_weights_from_memory(self.weight_elems(table))
+
     def weight_regimes(self) -> set[bool]:
         """The values :meth:`reads_weights_from_memory` takes over networks of any size:
         both where the profile's cache size decides, one where every network is alike."""
@@ -265,7 +269,7 @@ class Estimator:
         :mod:`annette_torch.measure.kernel_table`)."""
         type_name, _, model = self.layer_model(kind)
         if from_memory is None:
-            from_memory = self.reads_weights_from_memory(self.weight_elems(table))
+            from_memory = self.table_reads_weights_from_memory(table)
         if from_memory:
             model = WeightsFromMemory(model, self.profile.weight_bandwidth_bytes_s, self._weight_bits)
         costs = self.profile.fused_cost_s_per_elem
@@ -288,7 +292,7 @@ class Estimator:
         (``from_memory``: see :meth:`group_model`)."""
         skip = table.free if skip is None else table.free | skip
         if from_memory is None:
-            from_memory = self.reads_weights_from_memory(self.weight_elems(table))
+            from_memory = self.table_reads_weights_from_memory(table)
         groups = [(kind, rows[~skip[rows]]) for kind, rows in table.groups.items()]
         return [(rows, self.group_model(table, kind, rows, from_memory)) for kind, rows in groups if len(rows)]
 

@@ -105,7 +105,7 @@ class SignatureCache:
         kernels read their weights from memory (None: as ``graph``'s weights decide)."""
         table = self.estimator.kernel_table(graph)
         if from_memory is None:
-            from_memory = self.estimator.reads_weights_from_memory(self.estimator.weight_elems(table))
+            from_memory = self.estimator.table_reads_weights_from_memory(table)
         keys = [(kind, fused[1:], row.tobytes(), from_memory)
                 for kind, fused, row in zip(table.kinds, table.layer_kinds, table.features)]
         measured = self.estimator.measured_ms(table)
