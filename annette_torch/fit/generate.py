@@ -13,11 +13,14 @@ Steps (each in its own module):
    follows the kernel's duration) before fitting;
 4. map each benchmark with the rules and join kernels with their measured times
    (:mod:`.table`); keep kernels grouped as the target grouped them, at least
-   ``min_time_ms`` long (shorter ones are a few ticks of the profilers' microsecond
-   clocks) and with a run-to-run spread up to ``max_spread``; weight each by
-   ``1 / (0.05 + spread)``;
+   ``min_time_ms`` long (:data:`MIN_KERNEL_MS`, one tick of the profilers' microsecond
+   clocks: kernels of 1-5 µs, such as squeeze-excite's 1x1 convs, are data too; left
+   out, the models charged them 1.3-5x their time) and with a run-to-run spread up to
+   ``max_spread``; weight each by ``1 / (0.05 + spread)``;
 5. per kernel kind with ``min_rows`` kernels or more, fit the four model types
-   (:mod:`.kinds`); a ``default`` roofline answers the other kinds. Kinds that are not
+   (:mod:`.kinds`); a ``default`` roofline, fitted on kernels of at least
+   :data:`ROOFLINE_MIN_MS` (a roofline has no per-kernel term for the fixed cost that
+   dominates shorter ones), answers the other kinds. Kinds that are not
    products (pools, concats, activations, norms), and depthwise convs, are fitted on the
    kernels that read another kernel's output when there are ``min_rows`` of them (plain
    ones, for a depthwise conv): inside
@@ -104,6 +107,10 @@ class _Pass:
 
 #: product kinds that networks almost never run on their input: fitted in context too (step 5)
 CONTEXT_PRODUCTS = frozenset({"depthwise_conv"})
+#: the shortest kernel a fit uses (ms): one tick of the profilers' microsecond clocks (step 4)
+MIN_KERNEL_MS = 0.001
+#: the shortest kernel the ``default`` roofline is fitted on (ms; step 5)
+ROOFLINE_MIN_MS = 0.005
 
 
 def _weights(table: pd.DataFrame) -> np.ndarray:
@@ -150,8 +157,9 @@ def _fit_pass(data: StoreData, train: set[str], min_time_ms: float, max_spread: 
         if len(group) >= min_rows:
             fits[kind] = fit_kind(*_xy(group, gap), _weights(group), min_learned_rows, seed)
     # the default answers kinds without an entry: rarely products (those have entries)
-    others = rows[plain & ~rows["kind"].isin(PRODUCT_KINDS)]
-    basis = others if len(others) >= min_rows else rows[plain]
+    long = rows[plain & (rows["time_ms"] >= ROOFLINE_MIN_MS)]
+    others = long[~long["kind"].isin(PRODUCT_KINDS)]
+    basis = others if len(others) >= min_rows else long if len(long) >= min_rows else rows[plain]
     default = fit_roofline(*_xy(basis, gap), _weights(basis))
     fused = rows[~plain]
     features, seconds = _xy(fused, gap)
@@ -166,13 +174,23 @@ def _fit_pass(data: StoreData, train: set[str], min_time_ms: float, max_spread: 
                  fit_fused_costs(fused, modelled, seconds, min_rows))
 
 
-def store_ranges(store: StoreData | str | os.PathLike, min_time_ms: float = 0.005, max_spread: float = 1.0,
+def store_kernels(store: StoreData | str | os.PathLike, min_time_ms: float = MIN_KERNEL_MS, max_spread: float = 1.0,
+                  min_rows: int = 3) -> tuple[Gap, pd.DataFrame]:
+    """The kernels :func:`fit_profile` fits on, with these options, when it fits every
+    benchmark of ``store`` (a store folder or loaded :class:`StoreData`; steps 2-4 of the
+    module doc): the gap it scales their times by, and one row per kernel (its kind,
+    features, measured ``time_ms``, ``spread``, whether it ``reads_input``, its fused kinds)."""
+    data = store if isinstance(store, StoreData) else load_store(store)
+    _, _, gap, kernels = _selected(data, set(data.networks.index), min_time_ms, max_spread, min_rows)
+    return gap, kernels
+
+
+def store_ranges(store: StoreData | str | os.PathLike, min_time_ms: float = MIN_KERNEL_MS, max_spread: float = 1.0,
                  min_rows: int = 3) -> dict[str, Range]:
     """Kind -> calibrated range (:mod:`.ranges`) of the layer models :func:`fit_profile`
     fits on every benchmark of ``store`` (a store folder or loaded :class:`StoreData`)
     with these options: the ranges a profile fitted on the store records."""
-    data = store if isinstance(store, StoreData) else load_store(store)
-    _, _, _, kernels = _selected(data, set(data.networks.index), min_time_ms, max_spread, min_rows)
+    _, kernels = store_kernels(store, min_time_ms, max_spread, min_rows)
     return calibrated_ranges(kernels[is_plain(kernels)], min_rows)
 
 
@@ -324,7 +342,7 @@ TRAINING_NOTE = ("A training profile: each kernel's time is its layer's forward 
 
 
 def fit_profile(store_folder: str | os.PathLike, name: str | None = None, seed: int = 0,
-                test_share: float = 0.2, min_time_ms: float = 0.005, max_spread: float = 1.0,
+                test_share: float = 0.2, min_time_ms: float = MIN_KERNEL_MS, max_spread: float = 1.0,
                 min_rows: int = 3, min_learned_rows: int = 20, refit_all: bool = True,
                 first: int | None = None, sample: int | None = None, progress: bool = False,
                 with_statistical: bool = False) -> Profile:
