@@ -700,3 +700,37 @@ def test_a_fused_activation_costs_nothing_or_more_a_fused_add_may_cost_less_than
     assert costs["relu"] == 0.0
     assert costs["add"] < -2e-10
     assert summary["kernels"] == len(kinds)
+
+
+def test_kinds_are_fitted_on_kernels_from_one_microsecond_the_default_roofline_from_five(quick_store, monkeypatch):
+    """Kernels of 1-5 µs (squeeze-excite convs, small pools) are data for their kind's
+    models; the ``default`` roofline, with no term for a kernel's fixed cost, sees only
+    kernels of ``ROOFLINE_MIN_MS`` or more."""
+    from annette_torch.fit import generate
+    from annette_torch.fit.fused import is_plain
+    from annette_torch.fit.table import held_out
+    from annette_torch.kinds import PRODUCT_KINDS
+
+    kind_rows, default_rows = [], []
+    fit_kind, fit_roofline = generate.fit_kind, generate.fit_roofline
+
+    def counting_fit_kind(x, y, *args):
+        kind_rows.append(len(y))
+        return fit_kind(x, y, *args)
+
+    def counting_fit_roofline(x, y, *args):
+        default_rows.append(len(y))
+        return fit_roofline(x, y, *args)
+
+    monkeypatch.setattr(generate, "fit_kind", counting_fit_kind)
+    monkeypatch.setattr(generate, "fit_roofline", counting_fit_roofline)
+    _fit_held_out(monkeypatch, quick_store)
+
+    ids = list(quick_store.networks.index)
+    train = {b for b, test in zip(ids, held_out(ids)) if not test}
+    _, kernels = generate.store_kernels(quick_store)
+    rows = kernels[kernels["benchmark"].isin(train) & is_plain(kernels)]
+    assert (rows["time_ms"] < generate.ROOFLINE_MIN_MS).sum() > 0      # the store has kernels of 1-5 µs
+    assert sorted(kind_rows) == sorted(n for n in rows.groupby("kind").size() if n >= 3)
+    long_others = rows[(rows["time_ms"] >= generate.ROOFLINE_MIN_MS) & ~rows["kind"].isin(PRODUCT_KINDS)]
+    assert default_rows == [len(long_others)]
