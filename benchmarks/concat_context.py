@@ -8,11 +8,12 @@ Each probe is two parallel convs (c=32 -> f channels each, ReLU) joined by a con
 conv (-> 2f channels) followed by a 3x3/2 ceil-mode max pool (SqueezeNet's); with
 ``consumer`` a 1x1 conv to 32 channels reads the concat or pool. Compiled as the
 openvino-cpu backend compiles (1 thread, f32, LATENCY, performance counters on), run
-``--runs`` times; the table gives the median of the concat's (pool's) own counter, its
-exec type, and nanoseconds per output element (per input element for pools). The
-calibration store's concats (``branch_concat``) sit at a benchmark's output with channel
-counts drawn at random; real networks join multiples of 8 or 16 inside the network. On
-the profiles' Zen 4 (2026-12-06) neither changed the cost (docs/accuracy.md, session 24).
+``--runs`` times through the backend's per-layer profile; the table gives the median of
+the concat's (pool's) own counter, its exec type, and nanoseconds per output element (per
+input element for pools). The calibration store's concats (``branch_concat``) sit at a
+benchmark's output with channel counts drawn at random; real networks join multiples of 8
+or 16 inside the network. On the profiles' Zen 4 (2026-12-06) neither changed the cost
+(docs/accuracy.md, session 24).
 A benchmark: prints a table, asserts nothing.
 """
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import tempfile
 import warnings
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -53,21 +55,18 @@ def probe_time(kind: str, f: int, h: int, consumer: bool, runs: int) -> tuple[fl
     from annette_torch.backends import get_backend
     from annette_torch.backends.base import export_onnx
 
+    node_types = {"Concat"} if kind == "concat" else {"MaxPool", "Pooling"}
+    x = np.random.default_rng(0).random((1, 32, h, h), dtype=np.float32)
     with tempfile.TemporaryDirectory() as folder, warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        path = f"{folder}/probe.onnx"
+        path = Path(folder) / "probe.onnx"
         export_onnx(Probe(kind, f, consumer).eval(), (1, 32, h, h), path)
-        compiled = get_backend("openvino-cpu", threads=1).compile_onnx(path, perf_count=True)
-    request = compiled.create_infer_request()
-    x = np.random.default_rng(0).random((1, 32, h, h), dtype=np.float32)
-    node_type = "Concat" if kind == "concat" else "MaxPool"
+        kernels = get_backend("openvino-cpu", threads=1).profile_onnx(path, x, warmup=0, repeats=runs)
     times, exec_type = [], "absent"
-    for _ in range(runs):
-        request.infer({0: x})
-        for entry in request.get_profiling_info():
-            if entry.node_type == node_type or (kind == "pool" and entry.node_type == "Pooling"):
-                times.append(entry.real_time.total_seconds() * 1e3)
-                exec_type = f"{entry.exec_type}:{str(entry.status).split('.')[-1]}"
+    for kernel in kernels:
+        if kernel.kernel_type in node_types:
+            times += kernel.runs_ms
+            exec_type = f"{kernel.exec_type}:{kernel.status}"
     return (float(np.median(times)) if times else 0.0), exec_type
 
 
