@@ -64,6 +64,15 @@ held=calibration/data-held-back-2026-12-05-zen4
 for backend in openvino-cpu onnxruntime-cpu torch-cpu; do
     annette-torch calibrate --out "$held" --statistic median --drift none --backend "$backend" --sweep grouped-conv --threads 1
 done
+# 2026-12-06 (session 26, the profiles' Zen 4): full's 120 pooled_head rows (classifier heads: a 1x1 conv on the
+# pooled map) and 30 linear rows on tokens (language-model heads) into a separate store, not fitted: the refits
+# with them scored no better over all networks (docs/accuracy.md, session 26). The file lists exactly those 150
+# benchmarks of full; the lines above that resume full would measure them into calibration/data
+held=calibration/data-held-back-2026-12-06-zen4
+for backend in openvino-cpu onnxruntime-cpu torch-cpu; do
+    annette-torch calibrate --out "$held" --statistic median --drift none --backend "$backend" \
+        --sweep calibration/rows-of-full-2026-12-06.csv --threads 1
+done
 # training passes (forward + backward per layer; optimizer steps timed into the store first)
 for sweep in training training-large training-stem; do
     calibrate --backend torch-cpu-train --sweep "$sweep" --threads 1 --warmup 2 --repeats 7

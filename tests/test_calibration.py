@@ -20,6 +20,7 @@ from annette_torch.calibration import (FAMILIES, BenchmarkSpec, MeasurementStore
                                        run_campaign)
 from annette_torch.calibration.generator import estimate_size, resolve_params
 from annette_torch.calibration.store import LAYER_COLUMNS, NETWORK_COLUMNS
+from annette_torch.layer_models.base import COLUMN
 
 HEADER = "family,count,n,h,w,c,f,k,stride,groups,op,pool\n"
 FINGERPRINT = {"backend": "test", "runtime_version": "1", "cpu": "cpu", "threads": 1, "precision": "f32"}
@@ -165,6 +166,35 @@ def test_group_width_sets_the_groups_from_the_channels():
     assert resolve_params(BenchmarkSpec("conv2d", {"h": 14, "c": 10, "k": 3, "groups": "gw16"}))["groups"] == 1
     with pytest.raises(ValueError, match="needs a positive group width"):
         resolve_params(BenchmarkSpec("conv2d", {"h": 14, "c": 32, "k": 3, "groups": "gwide"}))
+
+
+def test_pooled_head_is_a_classifier_head_on_the_pooled_map():
+    """``pooled_head``: the head conv reads the pooled 1x1 map (c x f weights, as
+    MobileNetV3's ``conv_head``), then the activation (an identity with ``op=none``) and a
+    classifier to 1000 classes; its estimated size is the traced network's."""
+    for op, kinds in (("hardswish", ["conv", "global_avg_pool", "conv", "hardswish", "reshape", "linear"]),
+                      ("none", ["conv", "global_avg_pool", "conv", "identity", "reshape", "linear"])):
+        spec = BenchmarkSpec("pooled_head", {"h": 7, "c": 96, "f": 320, "op": op})
+        model, shape = build_benchmark(spec)
+        graph = at.trace(model, input_shape=shape)
+        assert [layer.kind for layer in graph.layers] == kinds and shape == (1, 96, 7, 7)
+        assert model(torch.randn(shape)).shape == (1, 1000)
+        head = graph.features[graph.index["head"]]
+        assert (head[COLUMN["h"]], head[COLUMN["w"]], head[COLUMN["weight_elems"]]) == (1, 1, 96 * 320 + 320)
+        assert estimate_size(spec)[0] == pytest.approx(graph.total("ops", ("conv", "linear")), rel=0.02)
+
+
+def test_linear_takes_tokens_as_a_language_model_head_does():
+    """``linear`` with ``h``: each of h tokens projected from c to f (n sequences), the
+    features a traced language model's head has; without ``h`` a batch of n vectors."""
+    spec = BenchmarkSpec("linear", {"h": 16, "c": 32, "f": 1000})
+    model, shape = build_benchmark(spec)
+    assert shape == (1, 16, 32) and model(torch.randn(shape)).shape == (1, 16, 1000)
+    graph = at.trace(model, input_shape=shape)
+    fc = graph.features[graph.index["fc"]]
+    assert (fc[COLUMN["n"]], fc[COLUMN["h"]], fc[COLUMN["c"]], fc[COLUMN["f"]]) == (1, 16, 32, 1000)
+    assert estimate_size(spec)[0] == pytest.approx(graph.total("ops", "linear"), rel=0.02)
+    assert build_benchmark(BenchmarkSpec("linear", {"n": 4, "c": 32, "f": 8}))[1] == (4, 32)
 
 
 def test_selection_families_run_on_fixed_data():

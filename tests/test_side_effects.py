@@ -106,6 +106,7 @@ def test_export_onnx_restores_the_mha_fast_path(tmp_path, enabled):
     ("conv_chain", {"h": 8, "c": 3, "f": 8, "k": 3, "op": "bn-relu-maxpool"}),
     ("attention", {"h": 4, "c": 16, "groups": 2}),
     ("squeeze_excite", {"h": 4, "c": 8, "f": 4, "op": "sigmoid"}),
+    ("pooled_head", {"h": 4, "c": 8, "f": 16, "op": "hardswish"}),
 ])
 def test_build_benchmark_leaves_the_global_rng_alone_and_builds_the_same_weights(family, params):
     spec = BenchmarkSpec(family, params)

@@ -13,7 +13,8 @@ Multi-layer families (the paper's Fig. 4 chains, to learn what the target fuses)
 ``branch_concat``, ``mlp``.
 Context families (layers as real networks hold them, read from a conv's output):
 ``conv_in_context`` (``conv_chain`` after a 1x1 conv), ``conv_pool`` (overlapping
-pools), ``squeeze_excite``, ``dense_layer`` (concat and pre-activation BN-ReLU),
+pools), ``squeeze_excite``, ``pooled_head`` (a classifier head's 1x1 conv on the pooled
+map), ``dense_layer`` (concat and pre-activation BN-ReLU),
 ``attention`` (ViT), ``window_attention`` (Swin),
 ``branch_sum`` (a NAS cell's node summing pool and skip branches), ``inverted_residual``
 (MobileNetV2's block after a conv: its depthwise conv reads a blocked conv output, as in
@@ -248,12 +249,20 @@ def stem(p: dict[str, Any]) -> tuple[nn.Module, tuple[int, ...]]:
     return _Detached(conv), (p["n"], p["c"], p["h"], p["w"])
 
 
-@family("linear", ("c", "f"), {}, lambda p: (2.0 * p["n"] * p["c"] * p["f"], float(p["n"] * max(p["c"], p["f"]))))
+def _tokens(p: dict[str, Any]) -> int:
+    """Rows a ``linear`` benchmark's layer multiplies: ``n``, times ``h`` tokens if given."""
+    return p["n"] * (p["h"] or 1)
+
+
+@family("linear", ("c", "f"), {"h": None},
+        lambda p: (2.0 * _tokens(p) * p["c"] * p["f"], float(_tokens(p) * max(p["c"], p["f"]))))
 def linear(p: dict[str, Any]) -> tuple[nn.Module, tuple[int, ...]]:
-    """A fully connected layer with ``c`` inputs and ``f`` outputs."""
+    """A fully connected layer with ``c`` inputs and ``f`` outputs, on ``n`` vectors, or
+    with ``h`` on ``n`` sequences of ``h`` tokens (as a language model's head projects
+    each token to its vocabulary)."""
     net = nn.Sequential()
     net.add_module("fc", nn.Linear(p["c"], p["f"]))
-    return net, (p["n"], p["c"])
+    return net, (p["n"], p["c"]) if p["h"] is None else (p["n"], p["h"], p["c"])
 
 
 @family("pool2d", ("h", "w", "c", "k", "op"), {"stride": 1},
@@ -496,6 +505,36 @@ def squeeze_excite(p: dict[str, Any]) -> tuple[nn.Module, tuple[int, ...]]:
     if p["op"] not in ("sigmoid", "hardsigmoid"):
         raise ValueError(f"squeeze_excite gate must be sigmoid or hardsigmoid, got {p['op']!r}")
     return _SqueezeExcite(p["c"], p["f"], p["op"]), (p["n"], p["c"], p["h"], p["w"])
+
+
+class _PooledHead(nn.Module):
+    def __init__(self, c: int, f: int, act: str, classes: int) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(c, c, 1, bias=False)
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.head = nn.Conv2d(c, f, 1)
+        self.act = nn.Identity() if act == "none" else _activation(act)
+        self.flatten = nn.Flatten(1)
+        self.classifier = nn.Linear(f, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.flatten(self.act(self.head(self.pool(self.conv(x))))))
+
+
+#: the classes of a ``pooled_head`` benchmark's classifier (ImageNet's)
+HEAD_CLASSES = 1000
+
+
+@family("pooled_head", ("h", "w", "c", "f"), {"op": "hardswish"},
+        lambda p: (2.0 * p["n"] * (p["c"] * p["c"] * p["h"] * p["w"] + p["c"] * p["f"] + p["f"] * HEAD_CLASSES),
+                   float(p["n"] * p["c"] * p["h"] * p["w"])))
+def pooled_head(p: dict[str, Any]) -> tuple[nn.Module, tuple[int, ...]]:
+    """A classifier head as MobileNetV3, LCNet and GhostNet end: a 1x1 conv, global
+    average pool, a 1x1 conv from ``c`` to ``f`` channels on the pooled 1x1 map (a
+    matrix-vector product of ``c`` x ``f`` weights), activation ``op`` (``none``: the
+    conv's output as it is, a plain kernel a fit learns the conv from), flatten and a
+    fully connected layer to :data:`HEAD_CLASSES` classes."""
+    return _PooledHead(p["c"], p["f"], p["op"], HEAD_CLASSES), (p["n"], p["c"], p["h"], p["w"])
 
 
 class _DenseLayer(nn.Module):
