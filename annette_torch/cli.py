@@ -52,6 +52,7 @@ from .calibration.sweep import sweep_names
 from .fleet.cluster import FleetError
 from .measure import Protocol
 from .measure.arguments import add_protocol_arguments, fill_defaults, protocol_from
+from .measure.networks import NETWORK_PROTOCOL, network_protocol
 from .profiles import ProfileError, builtin_names, load_profile
 
 
@@ -430,7 +431,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         raise ValueError(f"check measures the profile's runtime on this machine; profile {profile.name!r} is of "
                          f"{fp.get('backend')!r}, not a runtime of this machine's CPU")
     backend = get_backend(fp["backend"], threads=fp.get("threads", 1), precision=fp.get("precision"))
-    result = check_profile(profile, backend, args.samples, args.seed, protocol_from(args, backend))
+    result = check_profile(profile, backend, args.samples, args.seed, whole_network_protocol(args, backend))
     print(result)
     if result.mean_abs_error * 100 <= args.tolerance:
         print(f"profile {profile.name!r} holds on this machine now (within {args.tolerance:g} %)")
@@ -538,13 +539,24 @@ def cmd_adapt(args: argparse.Namespace) -> int:
         if not (args.backend and sources and args.samples is not None):
             raise ValueError("adapt needs --from, --backend and --samples (or --descriptor for a zero-shot profile)")
         from .backends import get_backend
-        protocol = protocol_from(args, get_backend(args.backend, threads=args.threads, precision=args.precision))
+        protocol = whole_network_protocol(args, get_backend(args.backend, threads=args.threads,
+                                                            precision=args.precision))
         profile = transfer_adapt.few_shot(sources, args.backend, args.threads, args.precision, args.samples, args.seed,
                                           args.name, protocol, args.mapping, args.ray, args.ray_resource)
     print(f"wrote {profile.save(args.out)}")
     return 0
 
 
+def whole_network_protocol(args: argparse.Namespace, backend) -> Protocol:
+    """The protocol ``check`` and ``adapt`` time reference networks with on ``backend``: the
+    options given, the others from :func:`~annette_torch.measure.networks.network_protocol`."""
+    defaults = network_protocol(backend)
+    fill_defaults(args, defaults)
+    return protocol_from(args, backend, defaults)
+
+
+#: what the protocol options of ``check`` and ``adapt`` default to on a board (see ``whole_network_protocol``)
+BOARD_OTHERWISE = ("a board", Protocol())
 #: calibration's protocol defaults (:data:`~annette_torch.calibration.campaign.ROUNDS`, ``REPEATS``)
 CALIBRATION_PROTOCOL = Protocol(rounds=ROUNDS, warmup=5, repeats=REPEATS)
 #: ``calibrate --for``'s: the accuracy benchmark's ground-truth protocol, whose end-to-end times its tables are
@@ -678,7 +690,7 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--seed", type=int, default=0, help="picks the reference networks (default 0)")
     check.add_argument("--tolerance", type=float, default=10.0,
                        help="mean |error| in percent above which the profile is off (default 10)")
-    add_protocol_arguments(check)
+    add_protocol_arguments(check, NETWORK_PROTOCOL, otherwise=BOARD_OTHERWISE)
     check.set_defaults(func=cmd_check)
     stores = sub.add_parser("stores", help="summarize the measurement stores under a folder")
     stores.add_argument("root", help="a store folder or a folder of stores (e.g. calibration/data)")
@@ -731,7 +743,7 @@ def build_parser() -> argparse.ArgumentParser:
     adapt.add_argument("--out", required=True, help="where to write the adapted profile (.json)")
     adapt.add_argument("--name", help="profile name (default: derived from the device and the source)")
     _add_fleet_arguments(adapt)
-    add_protocol_arguments(adapt)
+    add_protocol_arguments(adapt, NETWORK_PROTOCOL, otherwise=BOARD_OTHERWISE)
     adapt.set_defaults(func=cmd_adapt)
     return parser
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from annette_torch.calibration import BenchmarkSpec, MeasurementStore, load_measurements
+from annette_torch.measure import Protocol
 from annette_torch.calibration.budget import PILOT, FamilyState, Planner, run_budgeted_campaign
 from annette_torch.cli import main
 from annette_torch.layer_models.corrected import KindCorrection, PriorCorrection
@@ -142,7 +143,7 @@ def test_a_budgeted_campaign_measures_reference_networks_first_and_once(tmp_path
     pool = tmp_path / "pool.csv"
     pool.write_text(HEADER + "linear,4,,,,16..32,16..32,,,,,\n")
     options = dict(prior="torch-cpu", pool=pool, warmup=1, repeats=2, rounds=1, progress=False,
-                   references=3, reference_pool=cells)
+                   references=3, reference_pool=cells, reference_protocol=Protocol(rounds=1, warmup=1, repeats=2))
     first = run_budgeted_campaign("torch-cpu", tmp_path / "out", 0.001, **options)
     assert first.stopped_early and first.measured == 0 and first.references == 3
     table = read_references(first.store)

@@ -335,3 +335,25 @@ def test_compile_once_builds_each_network_once_times_it_every_round_and_releases
     assert protocol_from(without.parse_args([]), backend).across_rounds == "pool"
     with pytest.raises(SystemExit):
         without.parse_args(["--across-rounds", "median"])
+
+
+def test_adapt_and_check_time_whole_networks_as_the_ground_truth_does_where_the_runtime_keeps_a_model():
+    """``adapt`` and ``check`` default to the accuracy benchmark's ground-truth protocol on a
+    runtime that keeps a compiled model (12 rounds, compiled once, canary, median over
+    rounds); an option given keeps its value; a board keeps the plain defaults (no canary:
+    it would deploy it anew)."""
+    from annette_torch.backends.zcu102 import Zcu102
+    from annette_torch.cli import build_parser, whole_network_protocol
+    from annette_torch.measure.networks import NETWORK_PROTOCOL, network_protocol
+
+    cpu, board = get_backend("torch-cpu"), Zcu102.__new__(Zcu102)
+    assert network_protocol(cpu) == NETWORK_PROTOCOL and network_protocol(board) == Protocol()
+    assert (NETWORK_PROTOCOL.rounds, NETWORK_PROTOCOL.drift, NETWORK_PROTOCOL.compile_once,
+            NETWORK_PROTOCOL.across_rounds) == (12, "canary", True, "median")
+    parser = build_parser()
+    for command in (["check", "--profile", "torch-cpu"],
+                    ["adapt", "--from", "torch-cpu", "--backend", "torch-cpu", "--samples", "10", "--out", "p.json"]):
+        assert whole_network_protocol(parser.parse_args(command), cpu) == NETWORK_PROTOCOL
+        assert whole_network_protocol(parser.parse_args(command), board) == Protocol()
+        given = whole_network_protocol(parser.parse_args(command + ["--rounds", "3", "--compile", "each-round"]), cpu)
+        assert (given.rounds, given.compile_once, given.drift, given.across_rounds) == (3, False, "canary", "median")

@@ -276,8 +276,9 @@ def test_cli_adapt_measures_references_and_writes_the_profile(tmp_path, monkeypa
 
     monkeypatch.setattr(TorchCpu, "measure", fake_measure)
     out = tmp_path / "adapted.json"
+    fake_protocol = ["--rounds", "3", "--drift", "none", "--compile", "each-round", "--across-rounds", "pool"]
     assert cli_main(["adapt", "--from", f"torch-cpu,{SOURCE}", "--backend", "torch-cpu", "--samples", "3",
-                     "--seed", "1", "--drift", "none", "--out", str(out)]) == 0
+                     "--seed", "1", *fake_protocol, "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "adapting openvino-cpu" in printed and "correction (scale)" in printed and f"wrote {out}" in printed
     assert "mapping: eager (no fusion, graph not optimized)" in printed     # what torch-cpu declares
@@ -290,7 +291,7 @@ def test_cli_adapt_measures_references_and_writes_the_profile(tmp_path, monkeypa
     assert profile.adaptation.compute_scale == pytest.approx(1.5, rel=0.05)
     source["estimator"] = Estimator(SOURCE)
     assert cli_main(["adapt", "--from", SOURCE, "--backend", "torch-cpu", "--samples", "3", "--mapping", "source",
-                     "--drift", "none", "--out", str(out)]) == 0
+                     *fake_protocol, "--out", str(out)]) == 0
     assert "mapping: source (openvino-cpu's fusion rules, graph optimized)" in capsys.readouterr().out
     assert load_profile(out).adaptation.compute_scale == pytest.approx(1.5, rel=0.05)
     assert backend_mapping(TorchCpu) == ("none", False) and backend_mapping(OpenVinoCpu) == ("source", None)
@@ -341,7 +342,7 @@ def test_check_measures_reference_networks_and_says_whether_the_profile_holds_he
     assert result.mean_abs_error == pytest.approx(np.mean(np.abs(errors)))
     assert result.median_error == pytest.approx(np.median(errors))
     args = ["check", "--profile", "torch-cpu", "--samples", "2", "--rounds", "1", "--warmup", "0", "--repeats", "20",
-            "--drift", "none"]
+            "--drift", "none", "--compile", "each-round"]
     assert cli_main(args + ["--tolerance", "1e9"]) == 0
     assert "profile 'torch-cpu' holds on this machine now" in capsys.readouterr().out
     assert cli_main(args + ["--tolerance", "0"]) == 1

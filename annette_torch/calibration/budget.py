@@ -27,7 +27,7 @@ Planning (:class:`Planner`, pure, from what the store holds):
 
 Anchoring: before its first benchmark, a campaign measures ``references`` (default
 :data:`REFERENCES`) whole networks of the reference pool end to end into the store's
-``references.csv`` (as ``annette-torch adapt`` draws them, about a minute of the budget;
+``references.csv`` (as ``annette-torch adapt`` draws and times them, about a minute of the budget;
 once per store), and ``annette-torch fit`` corrects the profile it fits on them: small
 benchmarks alone can predict whole networks 20 % off on some CPUs (docs/cross-cpu.md).
 
@@ -57,6 +57,7 @@ from tqdm import tqdm
 
 from ..backends import get_backend
 from ..measure.canary import check_drift
+from ..measure.networks import network_protocol
 from ..measure.record import write_record
 from ..measure.protocol import DEFAULT_STATISTIC, Protocol
 from .campaign import (CHUNK, REPEATS, ROUNDS, STOP_AFTER_FAILURES, MeasuringWorker, _FailureRun, _specs,
@@ -311,6 +312,7 @@ def run_budgeted_campaign(backend_name: str, out: str | os.PathLike, minutes: fl
                           statistic: str = DEFAULT_STATISTIC, drift: str = "none", pilot: int = PILOT,
                           progress: bool = True, backend_options: dict[str, Any] | None = None,
                           references: int = REFERENCES, reference_pool: Sequence[Any] | None = None,
+                          reference_protocol: Protocol | None = None,
                           clock: Callable[[], float] = time.monotonic) -> BudgetSummary:
     """Measure, within ``minutes`` by ``clock``, the benchmarks of ``pool`` the plan picks
     (module doc) into the store under ``out``; ``prior`` (a profile name, path or
@@ -318,7 +320,10 @@ def run_budgeted_campaign(backend_name: str, out: str | os.PathLike, minutes: fl
     backend, threads and precision. First, unless the store holds them, ``references``
     whole networks of ``reference_pool`` (default
     :func:`~annette_torch.transfer.references.reference_pool`) are measured into it (0:
-    none). Other options as for :func:`~.campaign.run_campaign`."""
+    none), timed with ``reference_protocol`` (default
+    :func:`~annette_torch.measure.networks.network_protocol`: as ``adapt`` and the
+    accuracy benchmark's ground truth time whole networks). Other options as for
+    :func:`~.campaign.run_campaign`."""
     from ..profiles import load_profile
     from .in_context import profile_for
 
@@ -345,7 +350,8 @@ def run_budgeted_campaign(backend_name: str, out: str | os.PathLike, minutes: fl
         record = store_protocol(store, protocol)
         stored = len(read_references(store.folder))
         if references and not stored:
-            stored = measure_references_into(store, backend, references, protocol, reference_pool)
+            stored = measure_references_into(store, backend, references,
+                                             reference_protocol or network_protocol(backend), reference_pool)
         families = family_states(specs, store.networks(), scorer)
         relevance = family_relevance(prior_profile, models, families, scorer) if models else {}
         planner = Planner(families, relevance, pilot)

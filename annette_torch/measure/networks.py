@@ -31,8 +31,25 @@ from .protocol import DEFAULT_STATISTIC, ItemFailed, Measured, Protocol, Session
     interleave, spread_of
 
 Item = tuple[Hashable, Callable[[], nn.Module], Sequence[int]]
+#: how ``adapt``, ``check`` and a campaign's reference networks time whole networks where the
+#: runtime keeps a compiled model (the accuracy benchmark's ground-truth protocol): 12 rounds of
+#: each network compiled once, each round's p10 against the canary timed beside it, the median
+#: over rounds. With 3 pooled rounds compiled anew (:class:`Protocol`'s defaults), `adapt`'s
+#: reference networks ran 5-11 % slower than that ground truth measured them minutes before,
+#: and the adapted profiles scored 10.3 % (torch-cpu) and 6.7-6.9 % (openvino-cpu) on it
+#: against 5.4 % and 6.0-6.1 % (docs/accuracy.md, session 27)
+NETWORK_PROTOCOL = Protocol(rounds=12, warmup=5, repeats=10, drift="canary", compile_once=True,
+                            across_rounds="median")
 #: seconds the machine check watches /proc/stat for before a session
 CHECK_INTERVAL_S = 1.0
+
+
+def network_protocol(backend) -> Protocol:
+    """The protocol whole networks are timed with on ``backend`` unless told otherwise:
+    :data:`NETWORK_PROTOCOL` where it times a compiled model again cheaply (the CPU
+    runtimes, CUDA), :class:`Protocol`'s defaults on a board, which compiles and deploys
+    every network anew (no canary, no model kept between rounds)."""
+    return NETWORK_PROTOCOL if can_time_canary(backend) else Protocol()
 
 
 @dataclass

@@ -18,19 +18,20 @@ from ..backends.base import torch_threads
 from ..estimator import Estimator
 from ..graph import trace
 from ..measure import Protocol
-from ..measure.networks import NetworkSession, measure_networks
+from ..measure.networks import NetworkSession, measure_networks, network_protocol
 from ..profiles import Profile, builtin_names, load_profile
 from .descriptor import LOCAL_DESCRIPTORS, DeviceDescriptor, local_sources, profile_from_descriptor
 from .fewshot import SIMPLER_WITHIN, Sample, adapt_profile, backend_mapping, choose_source, unadapted
 from .references import Network, draw, reference_pool
 
 
-def measure_references(backend, k: int, seed: int, protocol: Protocol = Protocol(),
+def measure_references(backend, k: int, seed: int, protocol: Protocol | None = None,
                        fleet: Callable[[list], NetworkSession] | None = None,
                        pool: Sequence[Network] | None = None) -> list[Sample]:
     """``k`` networks of the reference ``pool`` (default :func:`reference_pool`) drawn by
     ``seed`` across the sizes (operations) of each set, measured on ``backend`` with the
-    measuring ``protocol`` (:mod:`annette_torch.measure.protocol`) and traced; a network
+    measuring ``protocol`` (:mod:`annette_torch.measure.protocol`; default
+    :func:`~annette_torch.measure.networks.network_protocol`, as the ground truth) and traced; a network
     the backend fails on is reported and left out. ``fleet``: measure the items there
     instead (a function of the items that returns the session, e.g. on a fleet node,
     :func:`annette_torch.fleet.measure_networks_on_fleet`)."""
@@ -40,6 +41,7 @@ def measure_references(backend, k: int, seed: int, protocol: Protocol = Protocol
                          f"check --samples) must be between 0 and {len(pool)} (the reference pool), got {k}")
     if not k:
         return []
+    protocol = network_protocol(backend) if protocol is None else protocol
     with torch_threads(1):       # tracing; the backend pins its own threads
         graphs = {net.name: trace(net.build(), input_shape=net.input_shape, name=net.name) for net in pool}
     nets = draw(pool, k, seed, size=lambda net: graphs[net.name].total("ops"))
@@ -69,8 +71,9 @@ class CheckResult:
         return "\n".join(lines)
 
 
-def check_profile(profile: Profile, backend, k: int, seed: int, protocol: Protocol = Protocol()) -> CheckResult:
-    """Measure ``k`` reference networks (drawn as ``adapt`` draws them) on ``backend`` and
+def check_profile(profile: Profile, backend, k: int, seed: int, protocol: Protocol | None = None) -> CheckResult:
+    """Measure ``k`` reference networks (drawn as ``adapt`` draws them) on ``backend``
+    (``protocol``: as :func:`measure_references`) and
     compare them with ``profile``'s estimates; ``ValueError`` for ``k`` < 1 or beyond the
     pool, or when none could be measured."""
     if k < 1:
@@ -174,15 +177,17 @@ def anchor_fit_or_prior(fitted: Profile, prior: Profile, samples: Sequence[Sampl
 
 
 def few_shot(sources: Sequence[str], backend_name: str, threads: int, precision: str | None, k: int, seed: int,
-             name: str | None = None, protocol: Protocol = Protocol(), mapping: str = "backend",
+             name: str | None = None, protocol: Protocol | None = None, mapping: str = "backend",
              ray_address: str | None = None, ray_resource: str | None = None) -> Profile:
-    """Measure ``k`` reference networks on the backend with ``protocol``, choose the source that adapts best
+    """Measure ``k`` reference networks on the backend with ``protocol`` (default
+    :func:`~annette_torch.measure.networks.network_protocol`), choose the source that adapts best
     (when several are given) and adapt it; the profile's fingerprint is the backend's.
     ``mapping``: "backend" (what the backend declares, :func:`backend_mapping`) or as for
     :func:`adapt_profile`. ``ray_address``: measure on a node of that Ray cluster that
     advertises ``ray_resource`` (default the backend's name; :mod:`annette_torch.fleet`),
     whose fingerprint the profile then records."""
     backend = get_backend(backend_name, threads=threads, precision=precision)
+    protocol = network_protocol(backend) if protocol is None else protocol
     target_mapping = backend_mapping(backend) if mapping == "backend" else mapping
     profiles = [load_profile(s).counted_as(backend.counting) for s in sources]
     node_fingerprint: dict = {}         # of the fleet node that measured the samples
