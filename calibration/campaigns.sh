@@ -73,6 +73,11 @@ for backend in openvino-cpu onnxruntime-cpu torch-cpu; do
     annette-torch calibrate --out "$held" --statistic median --drift none --backend "$backend" \
         --sweep calibration/rows-of-full-2026-12-06.csv --threads 1
 done
+# 2026-12-06 (session 27, the profiles' Zen 4): the 10 reference networks a budgeted campaign measures first,
+# timed as the accuracy benchmark's ground truth is (12 rounds compiled once, canary, median), into the
+# torch-cpu store's references.csv: fit anchors torch-cpu on them (docs/accuracy.md, session 27). A budget of
+# 0.01 minutes measures them and no benchmark; the other stores have none (not anchored, same section)
+calibrate --backend torch-cpu --minutes 0.01 --references 10 --prior torch-cpu --threads 1
 # training passes (forward + backward per layer; optimizer steps timed into the store first)
 for sweep in training training-large training-stem; do
     calibrate --backend torch-cpu-train --sweep "$sweep" --threads 1 --warmup 2 --repeats 7
