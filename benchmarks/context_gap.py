@@ -3,7 +3,7 @@ kind, the times ``annette-torch calibrate --for`` measured in context against a 
 estimates of the same kernels (a benchmark: prints a table, measures nothing).
 
     python benchmarks/context_gap.py --measured DIR --profile P [P ...] \\
-        [--models torchvision:resnet18,torchvision:mobilenet_v3_large,torchvision:efficientnet_b0]
+        [--models torchvision:resnet18,torchvision:mobilenet_v3_large,torchvision:efficientnet_b0] [--input-shape 1,3,32,32]
 
 ``DIR`` is the table's folder (``<out>/<fingerprint folder>`` of ``calibrate --for``); the
 models must be among the networks it measured. A ratio below 1 means the profile
@@ -41,10 +41,14 @@ def main() -> None:
     parser.add_argument("--profile", nargs="+", required=True)
     parser.add_argument("--models", default="torchvision:resnet18,torchvision:mobilenet_v3_large,"
                                             "torchvision:efficientnet_b0")
+    parser.add_argument("--input-shape", default=None,
+                        help="the models' input shape, as calibrate --for was given it (e.g. 1,3,32,32 for "
+                             "file.py:function networks that have none of their own)")
     args = parser.parse_args()
+    shapes = [tuple(int(d) for d in args.input_shape.split(","))] if args.input_shape else None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        graphs = [trace_model(spec) for spec in args.models.split(",")]
+        graphs = [trace_model(spec, shapes) for spec in args.models.split(",")]
     for profile in args.profile:
         sums: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0])
         for kind, _, measured_ms, estimated_ms in kernel_pairs(profile, args.measured, graphs):
