@@ -182,6 +182,8 @@ def test_pooled_head_is_a_classifier_head_on_the_pooled_map():
         head = graph.features[graph.index["head"]]
         assert (head[COLUMN["h"]], head[COLUMN["w"]], head[COLUMN["weight_elems"]]) == (1, 1, 96 * 320 + 320)
         assert estimate_size(spec)[0] == pytest.approx(graph.total("ops", ("conv", "linear")), rel=0.02)
+    with pytest.raises(ValueError, match="pooled_head activation must be none or one of .*hardswish.*, got 'gelu6'"):
+        build_benchmark(BenchmarkSpec("pooled_head", {"h": 7, "c": 8, "f": 16, "op": "gelu6"}))
 
 
 def test_linear_takes_tokens_as_a_language_model_head_does():

@@ -513,6 +513,8 @@ class _PooledHead(nn.Module):
         self.conv = nn.Conv2d(c, c, 1, bias=False)
         self.pool = nn.AdaptiveAvgPool2d(1)
         self.head = nn.Conv2d(c, f, 1)
+        if act != "none" and act not in ACTIVATIONS:
+            raise ValueError(f"pooled_head activation must be none or one of {', '.join(ACTIVATIONS)}, got {act!r}")
         self.act = nn.Identity() if act == "none" else _activation(act)
         self.flatten = nn.Flatten(1)
         self.classifier = nn.Linear(f, classes)
