@@ -34,10 +34,10 @@ Item = tuple[Hashable, Callable[[], nn.Module], Sequence[int]]
 #: how ``adapt``, ``check`` and a campaign's reference networks time whole networks where the
 #: runtime keeps a compiled model (the accuracy benchmark's ground-truth protocol): 12 rounds of
 #: each network compiled once, each round's p10 against the canary timed beside it, the median
-#: over rounds. With 3 pooled rounds compiled anew (:class:`Protocol`'s defaults), `adapt`'s
+#: over rounds. With 3 pooled rounds compiled anew (:class:`Protocol`'s defaults), ``adapt``'s
 #: reference networks ran 5-11 % slower than that ground truth measured them minutes before,
-#: and the adapted profiles scored 10.3 % (torch-cpu) and 6.7-6.9 % (openvino-cpu) on it
-#: against 5.4 % and 6.0-6.1 % (docs/accuracy.md, session 27)
+#: and the adapted profiles scored 8.6-10.3 % (torch-cpu) and 6.7-6.9 % (openvino-cpu) on it
+#: against 5.4-6.8 % and 6.0-6.1 % (docs/accuracy.md, session 27)
 NETWORK_PROTOCOL = Protocol(rounds=12, warmup=5, repeats=10, drift="canary", compile_once=True,
                             across_rounds="median")
 #: seconds the machine check watches /proc/stat for before a session
