@@ -156,6 +156,22 @@ def test_a_budgeted_campaign_measures_reference_networks_first_and_once(tmp_path
     assert "anchors the profile on the store's 3 reference networks" in str(again)
 
 
+def test_a_campaign_times_its_reference_networks_as_adapt_and_the_ground_truth_do(tmp_path, monkeypatch):
+    """Unless told otherwise, the reference networks are timed with the whole-network
+    protocol (:func:`~annette_torch.measure.networks.network_protocol`), not the campaign's."""
+    import annette_torch.calibration.budget as budget
+    from annette_torch.measure.networks import NETWORK_PROTOCOL
+
+    used = []
+    monkeypatch.setattr(budget, "measure_references_into",
+                        lambda store, backend, k, protocol, pool: used.append(protocol) or 0)
+    pool = tmp_path / "pool.csv"
+    pool.write_text(HEADER + "linear,4,,,,16..32,16..32,,,,,\n")
+    run_budgeted_campaign("torch-cpu", tmp_path / "out", 0.001, prior="torch-cpu", pool=pool, rounds=1,
+                          progress=False, references=2)
+    assert used == [NETWORK_PROTOCOL]
+
+
 def test_a_negative_reference_count_is_refused_naming_the_option(tmp_path):
     with pytest.raises(ValueError, match="--references must be 0 or more"):
         run_budgeted_campaign("torch-cpu", tmp_path / "out", 1, prior="torch-cpu", references=-1, progress=False)
