@@ -51,8 +51,9 @@ from .calibration.store import StoreError
 from .calibration.sweep import sweep_names
 from .fleet.cluster import FleetError
 from .measure import Protocol
-from .measure.arguments import add_protocol_arguments, fill_defaults, protocol_from
-from .measure.networks import NETWORK_PROTOCOL, network_protocol
+from .measure.arguments import BOARD_OTHERWISE, add_protocol_arguments, fill_defaults, protocol_from, \
+    whole_network_protocol
+from .measure.networks import NETWORK_PROTOCOL
 from .profiles import ProfileError, builtin_names, load_profile
 
 
@@ -547,16 +548,6 @@ def cmd_adapt(args: argparse.Namespace) -> int:
     return 0
 
 
-def whole_network_protocol(args: argparse.Namespace, backend) -> Protocol:
-    """The protocol ``check`` and ``adapt`` time reference networks with on ``backend``: the
-    options given, the others from :func:`~annette_torch.measure.networks.network_protocol`."""
-    defaults = network_protocol(backend)
-    fill_defaults(args, defaults)
-    return protocol_from(args, backend, defaults)
-
-
-#: what the protocol options of ``check`` and ``adapt`` default to on a board (see ``whole_network_protocol``)
-BOARD_OTHERWISE = ("a board", Protocol())
 #: calibration's protocol defaults (:data:`~annette_torch.calibration.campaign.ROUNDS`, ``REPEATS``)
 CALIBRATION_PROTOCOL = Protocol(rounds=ROUNDS, warmup=5, repeats=REPEATS)
 #: ``calibrate --for``'s: the accuracy benchmark's ground-truth protocol, whose end-to-end times its tables are

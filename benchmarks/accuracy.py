@@ -2,7 +2,7 @@
 latency measured on this machine (a benchmark: prints tables, asserts nothing).
 
     python benchmarks/accuracy.py --backend openvino-cpu --threads 1 [--precision bf16] --profile PROFILE \
-        [--sets zoo,nb201] [--models a,b] [--nb201 50] [--rounds 3 --warmup 5 --repeats 10] \
+        [--sets zoo,nb201] [--models a,b] [--nb201 50] [--rounds 12 --warmup 5 --repeats 10] \
         [--statistic p10] [--drift none] [--remeasure] [--measured DIR] [--plot FILE.png] [--json FILE]
         [--ray ADDRESS]
 
@@ -18,8 +18,11 @@ set ``nb201-v1`` in the results files are cells of the older construction (``non
 and unused nodes left out); no set of this benchmark matches them, so they are kept as
 history and never scored against the cells built now. Networks are measured
 with the measuring protocol (:mod:`annette_torch.measure.protocol`: interleaved rounds,
-optionally a drift correction against a canary, the statistic of the pooled runs; the same as
-calibration's). Measurements are kept in
+optionally a drift correction against a canary, the statistic of the runs), by default
+as ``adapt`` and ``check`` time their reference networks
+(:data:`~annette_torch.measure.networks.NETWORK_PROTOCOL`: 12 rounds of each network compiled
+once, each round's p10 against the canary, the median over rounds; on a board 3 rounds
+pooled). Measurements are kept in
 ``benchmarks/results/<fingerprint folder>/measured.csv`` (one row appended per network, a
 rerun skips measured networks unless ``--remeasure``; the newest row of a network wins)
 beside the ``fingerprint.json`` of the backend that took them and the folder's
@@ -74,7 +77,8 @@ from annette_torch.atomic import atomic_path
 from annette_torch.backends import get_backend
 from annette_torch.calibration.store import fingerprint_folder
 from annette_torch.measure import Measured, Protocol
-from annette_torch.measure.arguments import add_protocol_arguments, protocol_from
+from annette_torch.measure.arguments import BOARD_OTHERWISE, add_protocol_arguments, whole_network_protocol
+from annette_torch.measure.networks import NETWORK_PROTOCOL
 from annette_torch.measure.networks import measure_networks as measure_with_protocol
 from annette_torch.measure.noise import round_to_round
 from annette_torch.measure.record import LEGACY, describe, differences, new_record, read_record, write_record
@@ -126,7 +130,9 @@ COLUMNS = ("set", "network", "input_shape", "median_ms", "p10_ms", "p90_ms", "sp
 RESULTS_ROOT = Path(__file__).parent / "results"
 #: the column of measured.csv that holds each statistic the benchmark may use as ground truth
 GROUND_TRUTH = {"p10": "p10_ms", "median": "median_ms"}
-DEFAULT_PROTOCOL = Protocol()
+#: how the benchmark times networks unless told otherwise: as ``adapt`` and ``check`` do (12 rounds,
+#: compiled once, canary, median over rounds; 3 pooled rounds on a board)
+DEFAULT_PROTOCOL = NETWORK_PROTOCOL
 
 
 class AllOutputs(torch.nn.Module):
@@ -585,7 +591,7 @@ def main() -> None:
     parser.add_argument("--remeasure", action="store_true")
     parser.add_argument("--measured", default=None,
                         help="kernels measured in context (calibrate --for) the estimates consult first")
-    add_protocol_arguments(parser, DEFAULT_PROTOCOL, statistics=tuple(GROUND_TRUTH))
+    add_protocol_arguments(parser, DEFAULT_PROTOCOL, statistics=tuple(GROUND_TRUTH), otherwise=BOARD_OTHERWISE)
     parser.add_argument("--results", default=str(RESULTS_ROOT), help="root of the results folders")
     parser.add_argument("--ground-truth", default=None, metavar="FOLDER",
                         help="score on this results folder (any machine's) as it is; measures nothing")
@@ -601,7 +607,7 @@ def main() -> None:
     nets = networks(args.sets.split(","), args.models.split(",") if args.models else None, args.nb201)
     try:
         backend = get_backend(args.backend, threads=args.threads, precision=args.precision)
-        protocol = protocol_from(args, backend, DEFAULT_PROTOCOL)
+        protocol = whole_network_protocol(args, backend)
     except ValueError as error:
         raise SystemExit(str(error)) from None
     if protocol.rounds * protocol.repeats < 20:

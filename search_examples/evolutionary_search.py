@@ -31,6 +31,7 @@ gives their Spearman rank correlation. The last line, ``SUMMARY {json}``, is for
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import random
 import time
@@ -44,7 +45,7 @@ import torch
 from annette_torch import Estimator
 from annette_torch.backends import available_backends, cpu_model, get_backend
 from annette_torch.measure import Protocol
-from annette_torch.measure.networks import measure_networks
+from annette_torch.measure.networks import measure_networks, network_protocol
 from annette_torch.estimator import DEFAULT_PROFILE
 from annette_torch.nas import BlockCost, MobileNetV2Space, SignatureCache, StageChoice
 from annette_torch.profiles.fingerprint import mismatch
@@ -136,7 +137,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--top", type=int, default=5, help="architectures to print and measure")
     parser.add_argument("--measure-backend", default="openvino-cpu", choices=available_backends())
-    parser.add_argument("--rounds", type=int, default=3, help="interleaved measuring rounds over the top candidates")
+    parser.add_argument("--rounds", type=int, default=12, help="interleaved measuring rounds over the top candidates")
     parser.add_argument("--warmup", type=int, default=5, help="untimed runs per candidate and round")
     parser.add_argument("--repeats", type=int, default=10, help="timed runs per candidate and round")
     parser.add_argument("--smoke", action="store_true",
@@ -193,23 +194,25 @@ def print_search(search: Search, seconds: float, top: list[Candidate]) -> None:
               f"{c.cost.weights / 1e6:>11.3f}")
 
 
-def measure(args: argparse.Namespace, space: MobileNetV2Space, top: list[Candidate]) -> list:
-    """The top candidates measured with the measuring protocol (interleaved rounds, canary
-    drift correction, the 10th percentile of the pooled runs)."""
+def measure(args: argparse.Namespace, space: MobileNetV2Space, top: list[Candidate]) -> tuple[list, Protocol]:
+    """The top candidates measured as ``adapt`` and the accuracy benchmark time whole networks
+    (:func:`~annette_torch.measure.networks.network_protocol`: interleaved rounds, each
+    network compiled once, each round's p10 against a canary, the median over rounds) with
+    the rounds and runs of ``args``; and that protocol."""
     backend = get_backend(args.measure_backend, threads=1)
     shape = (1, 3, args.resolution, args.resolution)
-    protocol = Protocol(rounds=args.rounds, warmup=args.warmup, repeats=args.repeats)
+    protocol = dataclasses.replace(network_protocol(backend), rounds=args.rounds, warmup=args.warmup,
+                                   repeats=args.repeats)
     session = measure_networks(backend, [(i, lambda c=c: space.build(c.arch), shape) for i, c in enumerate(top)],
                                protocol, progress=False)
     if session.failures:
         raise SystemExit(f"measuring failed: {next(iter(session.failures.values()))}")
-    return [session.measured[i] for i in range(len(top))]
+    return [session.measured[i] for i in range(len(top))], protocol
 
 
-def print_measured(args: argparse.Namespace, top: list[Candidate], measured: list) -> float | None:
+def print_measured(args: argparse.Namespace, top: list[Candidate], measured: list, protocol: Protocol) -> float | None:
     """Predicted-vs-measured table; returns the Spearman correlation (None under 3 candidates)."""
-    print(f"\npredicted vs measured ({args.measure_backend}, 1 thread, {args.rounds} interleaved rounds of "
-          f"{args.warmup} warm-up + {args.repeats} timed runs, p10 of the pooled drift-corrected runs; "
+    print(f"\npredicted vs measured ({args.measure_backend}, 1 thread, {protocol}; "
           f"spread = (p90 - p10) / median):")
     print(f"{'#':>2}{'predicted ms':>14}{'measured ms':>13}{'spread':>8}{'measured/predicted':>20}")
     for rank, (c, m) in enumerate(zip(top, measured), 1):
@@ -254,8 +257,8 @@ def main() -> None:
     if not top:
         raise SystemExit("no evaluated candidate fits the budget; loosen it or raise --cycles")
     print_search(search, seconds, top)
-    measured = measure(args, space, top)
-    rho = print_measured(args, top, measured)
+    measured, protocol = measure(args, space, top)
+    rho = print_measured(args, top, measured, protocol)
     print(summary(search, top, measured, rho))
 
 

@@ -343,7 +343,8 @@ def test_adapt_and_check_time_whole_networks_as_the_ground_truth_does_where_the_
     rounds); an option given keeps its value; a board keeps the plain defaults (no canary:
     it would deploy it anew)."""
     from annette_torch.backends.zcu102 import Zcu102
-    from annette_torch.cli import build_parser, whole_network_protocol
+    from annette_torch.cli import build_parser
+    from annette_torch.measure.arguments import whole_network_protocol
     from annette_torch.measure.networks import NETWORK_PROTOCOL, network_protocol
 
     cpu, board = get_backend("torch-cpu"), Zcu102.__new__(Zcu102)

@@ -5,10 +5,14 @@ import argparse
 from typing import Sequence
 
 from .canary import check_drift
+from .networks import network_protocol
 from .protocol import ACROSS_ROUNDS, DRIFTS, STATISTICS, Protocol
 
 #: the ``--compile`` choices, indexed by ``Protocol.compile_once``
 COMPILE_CHOICES = ("each-round", "once")
+#: what the protocol options of a command that times whole networks default to on a board
+#: (``otherwise`` of :func:`add_protocol_arguments`; see :func:`whole_network_protocol`)
+BOARD_OTHERWISE = ("a board", Protocol())
 
 
 def add_protocol_arguments(parser: argparse.ArgumentParser, defaults: Protocol = Protocol(),
@@ -76,3 +80,12 @@ def protocol_from(args: argparse.Namespace, backend, defaults: Protocol = Protoc
                     drift=args.drift, canary_repeats=defaults.canary_repeats,
                     compile_once=getattr(args, "compile", COMPILE_CHOICES[defaults.compile_once]) == "once",
                     across_rounds=getattr(args, "across_rounds", defaults.across_rounds))
+
+
+def whole_network_protocol(args: argparse.Namespace, backend) -> Protocol:
+    """The protocol a command times whole networks with on ``backend`` (``check``, ``adapt``,
+    the accuracy benchmark): the options given, the others from
+    :func:`~.networks.network_protocol`."""
+    defaults = network_protocol(backend)
+    fill_defaults(args, defaults)
+    return protocol_from(args, backend, defaults)
