@@ -61,6 +61,26 @@ def test_fused_kernel_sums_ops_and_reads_external_inputs_once():
     assert table.features[conv2, FEATURES.index("c")] == 8  # primary's dimensions
 
 
+def test_a_profile_fitted_without_post_op_inputs_sees_the_primary_layers_inputs_only():
+    """``Counting(post_op_inputs=False)`` (fitted profiles since 2026-12-06): the residual
+    the fused add reads is its own cost per element, not among the conv's input elements;
+    ops and outputs are counted as before, and the counting survives its JSON form."""
+    from annette_torch.mapping import Counting
+
+    graph = trace(Block().eval(), input_shape=(1, 8, 16, 16))
+    primary_only = Counting(post_op_inputs=False)
+    assert Counting.from_dict(primary_only.to_dict()) == primary_only and Counting().to_dict().get(
+        "post_op_inputs", True) is True
+    counted, alone = map_kernels(graph, CONV_BN_RELU), map_kernels(graph, CONV_BN_RELU, counting=primary_only)
+    inputs = FEATURES.index("input_elems")
+    conv2 = counted.names.index("conv2")
+    assert counted.features[conv2, inputs] == 2 * 8 * 16 * 16 and alone.features[conv2, inputs] == 8 * 16 * 16
+    others = [i for i in range(len(FEATURES)) if i != inputs]
+    assert np.array_equal(counted.features[:, others], alone.features[:, others])
+    with pytest.raises(ValueError, match="counting.post_op_inputs"):
+        Counting.from_dict({"post_op_inputs": "no"})
+
+
 def test_condition_blocks_fusion_and_no_rules_means_one_kernel_per_layer():
     graph = trace(Block(pool=3).eval(), input_shape=(1, 8, 18, 18))
     table = map_kernels(graph, CONV_BN_RELU)

@@ -9,14 +9,14 @@ fused layer kind adds: per kernel,
     measured - model(kernel) = output elements * sum over its fused layers of cost[kind]
 
 solved by least squares on errors relative to the measured time, over the fused layer
-kinds seen in at least ``min_rows`` kernels. Only a binary arithmetic kind's cost
-(:data:`~annette_torch.kinds.elementwise.ARITHMETIC_KINDS`) may be negative: the kernel's
-model already charges for what such a layer reads from outside (a residual add's second
-input counts among the kernel's input elements), which a conv with the add as a post-op
-reads from cache at next to no cost (OpenVINO's 1x1 convs of NAS-Bench-201 cells with
-their node sums). A fused activation reads nothing more and still computes per element,
-so its cost is bounded at 0: unbounded, openvino-cpu's ReLU came out at -0.24 ns per
-element, which made every conv + ReLU of a network cheaper than the same conv alone. Estimates keep a
+kinds seen in at least ``min_rows`` kernels, each cost bounded at 0: a fused layer still
+computes per element, and what it reads besides its producer's output (a residual add's
+second input) is its own cost, not the kernel model's (the kernel table counts a kernel's
+primary layer's inputs only: :mod:`annette_torch.mapping.counting`, ``post_op_inputs``).
+Until 2026-12-06 those reads counted among the kernel's input elements and an arithmetic
+kind's cost was left unbounded: openvino-cpu's add came out at -0.20 ns per element, which
+put NAS-Bench-201's 3x3 convs with their node sums at 0.037 ms, under the 0.040 of the same
+conv alone and the 0.042 they took in context (docs/accuracy.md, session 28). Estimates keep a
 kernel at half its model time or more
 (:data:`~annette_torch.layer_models.fused_layers.MIN_MODEL_SHARE`).
 """
@@ -26,7 +26,6 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import lsq_linear
 
-from ..kinds.elementwise import ARITHMETIC_KINDS
 from ..layer_models.fused_layers import MIN_MODEL_SHARE
 
 #: layer kinds the ONNX export folds into the preceding conv's weights: free when fused
@@ -63,8 +62,7 @@ def fit_fused_costs(kernels: pd.DataFrame, model_seconds: np.ndarray, measured_s
     measured, modelled = measured_seconds[use], model_seconds[use]
     design = np.array([[m.count(k) for k in kinds] for m, u in zip(members, use) if u], dtype=float)
     design *= (elems / measured)[:, None]
-    low = np.array([-np.inf if k in ARITHMETIC_KINDS else 0.0 for k in kinds])
-    cost = lsq_linear(design, (measured - modelled) / measured, bounds=(low, np.inf), method="bvls").x
+    cost = lsq_linear(design, (measured - modelled) / measured, bounds=(0.0, np.inf), method="bvls").x
     after = np.maximum(modelled + design @ cost * measured, MIN_MODEL_SHARE * modelled)
     return ({k: float(c) for k, c in zip(kinds, cost)},
             {"kernels": int(use.sum()), "kernels_per_kind": {k: int(counts[k]) for k in kinds},

@@ -204,13 +204,15 @@ def _backend_flag(data: StoreData, flag: str) -> bool:
     return bool(getattr(BACKENDS.get(data.fingerprint.get("backend")), flag, False))
 
 
-def backend_counting(data: StoreData) -> Counting | None:
-    """How the store's backend counts layers otherwise than annette_torch
-    (:attr:`~annette_torch.backends.Backend.counting`), ``None`` where it does not."""
+def backend_counting(data: StoreData) -> Counting:
+    """How a profile fitted on the store counts layers: as the store's backend computes them
+    (:attr:`~annette_torch.backends.Backend.counting`), each kernel's inputs those of its
+    primary layer (``post_op_inputs`` false: what the layers fused after it read is their
+    cost per output element, :mod:`.fused`)."""
     from ..backends import BACKENDS
 
-    counting = getattr(BACKENDS.get(data.fingerprint.get("backend")), "counting", None)
-    return Counting.from_dict(counting) if counting else None
+    counting = getattr(BACKENDS.get(data.fingerprint.get("backend")), "counting", None) or {}
+    return Counting.from_dict({**counting, "post_op_inputs": False})
 
 
 def _training(store_folder: str | os.PathLike) -> dict | None:

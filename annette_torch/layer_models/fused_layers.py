@@ -5,8 +5,9 @@ A runtime that fuses a SiLU or GELU into a conv still computes an exponential or
 error function per output element; fused ReLUs and batch norms (folded into the weights
 at export) cost next to nothing. The layer models of a kernel kind are fitted on kernels
 without such costs, and the profile's ``fused_cost_s_per_elem`` holds, per fused layer
-kind, the seconds per output element it adds (:mod:`annette_torch.fit.fused`; negative
-where the kind's model already charges more for the fused layer's inputs than it costs).
+kind, the seconds per output element it adds (:mod:`annette_torch.fit.fused`; 0 or more
+in profiles fitted since 2026-12-06, negative in older ones where the kind's model already
+charged more for the fused layer's inputs than they cost).
 :class:`FusedLayers` adds them: ``time = model time + output elements * sum of the
 fused layers' costs + kernel_s``, with one summed cost per kernel row. ``kernel_s`` is
 the profile's ``kernel_overhead_ms`` (:mod:`annette_torch.fit.overhead`): dispatch

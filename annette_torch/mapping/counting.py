@@ -9,14 +9,25 @@ differ, as data (``"counting"`` in the profile JSON)::
     {"ops_scale": {"max_pool": 2.0, ...},   # a kind's ops times this factor
      "first_input_only": ["concat"],        # a kind reads only its first input
      "all_taps": [{"kind": "conv", "condition": [{"layer": "primary", "attr": "padding",
-                   "op": ">", "value": 18}]}]}   # these dilated convs compute their padding
+                   "op": ">", "value": 18}]}],   # these dilated convs compute their padding
+     "post_op_inputs": false}               # a kernel's inputs are its primary layer's
 
 The published ANNETTE board profiles use the first two (see
 ``calibration/published/build_board_profiles.py`` for why). ``all_taps`` comes from the
 backend a profile is fitted for (:attr:`annette_torch.backends.Backend.counting`): eager
 PyTorch's oneDNN runs a dilated conv with a large padding as im2col + GEMM, computing the
 taps in the padding that annette_torch's count leaves out (``benchmarks/dilated_convs.py``
-shows the implementation it picks per conv). Other fitted profiles have no ``counting``.
+shows the implementation it picks per conv).
+
+``post_op_inputs`` (default true) says whether a kernel's input elements include what the
+layers fused after its primary layer read from outside it (a residual add's second
+input). Profiles fitted since 2026-12-06 say false: their kernel models see the primary
+layer's own features, and the fused layers' cost per output element
+(:mod:`annette_torch.fit.fused`) carries what they read. Counted in, a conv's model met
+input sizes its plain kernels never had, and the fused add, to cancel them, came out at a
+negative cost that made every conv + add cheaper than the same conv alone (NAS-Bench-201's
+3x3 convs with their node sums, 0.037 ms estimated against 0.042 measured in context;
+docs/accuracy.md, session 28).
 """
 from __future__ import annotations
 
@@ -41,6 +52,7 @@ class Counting:
     ops_scale: tuple[tuple[str, float], ...] = ()
     first_input_only: tuple[str, ...] = ()
     all_taps: tuple[tuple[str, tuple[Clause, ...]], ...] = ()    # (conv kind, condition on the layer)
+    post_op_inputs: bool = True
 
     def computes_all_taps(self, layer) -> bool:
         """Whether ``layer``, a dilated padded conv, computes the taps in its padding here."""
@@ -78,13 +90,16 @@ class Counting:
         if self.all_taps:
             data["all_taps"] = [{"kind": kind, "condition": [c.to_dict() for c in condition]}
                                 for kind, condition in self.all_taps]
+        if not self.post_op_inputs:
+            data["post_op_inputs"] = False
         return data
 
     @classmethod
     def from_dict(cls, data: Any) -> Counting:
         """Validate and build; a ``ValueError`` names the offending key."""
-        if not isinstance(data, dict) or set(data) - {"ops_scale", "first_input_only", "all_taps"}:
-            raise ValueError("counting: expected an object with 'ops_scale', 'first_input_only' and/or 'all_taps'")
+        if not isinstance(data, dict) or set(data) - {"ops_scale", "first_input_only", "all_taps", "post_op_inputs"}:
+            raise ValueError("counting: expected an object with 'ops_scale', 'first_input_only', 'all_taps' and/or "
+                             "'post_op_inputs'")
         scales = data.get("ops_scale") or {}
         if not isinstance(scales, dict) or not all(
                 isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
@@ -103,4 +118,8 @@ class Counting:
             all_taps = tuple((e["kind"], tuple(Clause(**c) for c in e["condition"])) for e in entries)
         except TypeError as error:
             raise ValueError(f"counting.all_taps: a clause needs layer, attr, op and value ({error})") from error
-        return cls(tuple(sorted((str(k), float(v)) for k, v in scales.items())), tuple(sorted(first)), all_taps)
+        post_op_inputs = data.get("post_op_inputs", True)
+        if not isinstance(post_op_inputs, bool):
+            raise ValueError(f"counting.post_op_inputs: expected true or false, got {post_op_inputs!r}")
+        return cls(tuple(sorted((str(k), float(v)) for k, v in scales.items())), tuple(sorted(first)), all_taps,
+                   post_op_inputs)

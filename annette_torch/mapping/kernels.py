@@ -14,7 +14,8 @@ computed last, as compilers fuse an eltwise op into the later of its producers. 
 kernel is marked ``possibly-fused`` whenever the fused layer has several inputs, because
 the target may have merged it elsewhere (the ANNETTE paper's third state). A fused kernel keeps the primary layer's dimensions;
 its ops and weights are the sums over its layers, its inputs are what it reads from
-outside, its output is that of its last layer.
+outside (or only its primary layer's inputs, where the profile's counting says
+``post_op_inputs: false``: :mod:`.counting`), its output is that of its last layer.
 
 Layers the target removes are free kernels and fuse with nothing; those that pass their
 input on unchanged (a slice of a whole tensor, ``x + 0``, and on every target an identity
@@ -115,7 +116,7 @@ def map_kernels(graph: LayerGraph, rules: tuple[FusionRule, ...], optimize_graph
     if cached is None:
         feats = graph.features if counting is None else counting.features(graph)
         removed = removed_layers(graph, optimize_graph, remove_dead, remove_identity_slices, fold_layout_transposes)
-        cached = _map(graph, rules, removed, feats, merge_elementwise)
+        cached = _map(graph, rules, removed, feats, merge_elementwise, counting is None or counting.post_op_inputs)
         if input_requires_grad is not None:
             cached = _mark_no_input_grad(graph, cached, input_requires_grad)
         if reorder_outputs:
@@ -212,7 +213,7 @@ def _groups(kinds: list[str]) -> dict[str, np.ndarray]:
 
 
 def _map(graph: LayerGraph, rules: tuple[FusionRule, ...], folded: frozenset[str], feats: np.ndarray,
-         merge_elementwise: bool = False) -> KernelTable:
+         merge_elementwise: bool = False, post_op_inputs: bool = True) -> KernelTable:
     by_pair: dict[tuple[str, str], list[FusionRule]] = {}
     for rule in rules:
         by_pair.setdefault((rule.primary, rule.secondary), []).append(rule)
@@ -254,7 +255,8 @@ def _map(graph: LayerGraph, rules: tuple[FusionRule, ...], folded: frozenset[str
         last = members[target][-1]
         row[_OPS] += feats[i, _OPS]
         row[_W] += feats[i, _W]
-        row[_IN] += max(0.0, feats[i, _IN] - feats[last, _OUT])
+        if post_op_inputs:      # what the fused layer reads besides its producer's output (Counting.post_op_inputs)
+            row[_IN] += max(0.0, feats[i, _IN] - feats[last, _OUT])
         row[_OUT] = feats[i, _OUT]
         members[target].append(i)
         kinds[target] = rule.result

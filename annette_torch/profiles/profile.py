@@ -16,7 +16,7 @@ when the profile has tree ensembles, their arrays in a numpy ``.npz`` file besid
                                                 # (optional; see layer_models.weights_from_memory)
       "weight_cache_bytes": 1.5e7,              # ... unless the network holds at most this many
                                                 # bytes of weights: then they stay cached (optional)
-      "fused_cost_s_per_elem": {"silu": 2e-10},  # per output element, per fused layer kind (may be < 0)
+      "fused_cost_s_per_elem": {"silu": 2e-10},  # per output element, per fused layer kind
                                                 # (optional; see layer_models.fused_layers)
       "training": {"optimizer_step": {"sgd": {"per_tensor_ms": 0.004, "per_element_ns": 0.3}}},
                                                 # a training profile (optional): its kernels are
@@ -43,7 +43,7 @@ when the profile has tree ensembles, their arrays in a numpy ``.npz`` file besid
                    "condition": [{"layer": "secondary", "attr": "kernel_size",
                                   "op": "==", "value": 2}]}, ...],
       "counting": {"ops_scale": {"max_pool": 2.0}, "first_input_only": ["concat"],
-                   "all_taps": [{"kind": "conv", "condition": [...]}]},
+                   "all_taps": [{"kind": "conv", "condition": [...]}], "post_op_inputs": false},
                                                 # optional: where the layer models count layers
                                                 # otherwise than annette_torch (mapping.counting)
       "layer_models": {                         # model type -> kernel kind -> parameters
