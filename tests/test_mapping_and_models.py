@@ -77,6 +77,9 @@ def test_a_profile_fitted_without_post_op_inputs_sees_the_primary_layers_inputs_
     assert counted.features[conv2, inputs] == 2 * 8 * 16 * 16 and alone.features[conv2, inputs] == 8 * 16 * 16
     others = [i for i in range(len(FEATURES)) if i != inputs]
     assert np.array_equal(counted.features[:, others], alone.features[:, others])
+    # a table of kernels measured in context keys them alike under either counting
+    from annette_torch.measure.kernel_table import kernel_signatures
+    assert kernel_signatures(alone) == kernel_signatures(counted)
     with pytest.raises(ValueError, match="counting.post_op_inputs"):
         Counting.from_dict({"post_op_inputs": "no"})
 

@@ -62,7 +62,7 @@ from ..graph import LayerGraph, trace
 from ..kinds import FEATURES
 from ..mapping import OUTPUT_REORDER
 from ..measure.kernel_table import (KERNELS_FILE, MATCHING, MeasuredKernels, append_kernels, kernel_signatures,
-                                   write_scale)
+                                   signature_features, write_scale)
 from ..measure.networks import check_machine, measure_networks, protocol_canary
 from ..measure.protocol import ItemFailed, Protocol, combine, interleave, statistic_ms
 from ..measure.record import LEGACY, differences, new_record, read_record, write_record
@@ -404,7 +404,7 @@ def _kernel_rows(net: _Network, profiled: Profiled, estimator: Estimator, known:
     kernels_ms = float(np.nansum(tied))
     scale = (measured_ms - estimator.profile.overhead_ms) / kernels_ms if kernels_ms > 0 else 1.0
     scaled = tied * max(scale, 0.0)
-    signatures = kernel_signatures(table)
+    signatures, keyed = kernel_signatures(table), signature_features(table)
     occurrences: dict[str, list[int]] = {}
     for k, s in enumerate(signatures):
         if not table.free[k]:
@@ -418,7 +418,7 @@ def _kernel_rows(net: _Network, profiled: Profiled, estimator: Estimator, known:
         chosen = exact or kernels
         first = chosen[0]
         new.append({"signature": s, "kind": table.kinds[first], "fused": "+".join(table.layer_kinds[first][1:]),
-                    **{name: float(table.features[first, j]) for j, name in enumerate(FEATURES)},
+                    **{name: float(keyed[first, j]) for j, name in enumerate(FEATURES)},
                     "time_ms": float(np.median(scaled[chosen])), "spread": _spread(rows, table.layers[first]),
                     "occurrences": len(kernels), "tie": ties[first], "network": net.name, "measured_utc": now})
     result = NetworkResult(net.name, measured_ms, kernels_ms, untied, float(times.time_ms.sum())

@@ -61,6 +61,9 @@ class KernelTable:
     free: np.ndarray                 # bool: a free kernel costs nothing (views, identity)
     features: np.ndarray             # (kernels x FEATURES)
     groups: dict[str, np.ndarray]    # kernel kind -> row indices
+    #: per kernel, the input elements its fused layers read from outside that ``features``
+    #: leaves out (``Counting.post_op_inputs`` false); None: none left out
+    omitted_inputs: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.names)
@@ -181,7 +184,9 @@ def _with_output_reorders(graph: LayerGraph, table: KernelTable) -> KernelTable:
                    layers=list(table.layers) + [()] * len(rows), layer_kinds=list(table.layer_kinds) + [()] * len(rows),
                    fusion=list(table.fusion) + ["not-fused"] * len(rows),
                    free=np.concatenate([table.free, np.zeros(len(rows), dtype=bool)]),
-                   features=np.vstack([table.features, np.array([row for _, row in rows])]), groups=_groups(kinds))
+                   features=np.vstack([table.features, np.array([row for _, row in rows])]), groups=_groups(kinds),
+                   omitted_inputs=None if table.omitted_inputs is None
+                   else np.concatenate([table.omitted_inputs, np.zeros(len(rows))]))
 
 
 def _mark_no_input_grad(graph: LayerGraph, table: KernelTable, input_requires_grad: bool) -> KernelTable:
@@ -270,13 +275,17 @@ def _map(graph: LayerGraph, rules: tuple[FusionRule, ...], folded: frozenset[str
     names = [graph.layers[m[0]].name for m in members]
     free = np.array([len(m) == 1 and (graph.layers[m[0]].free or graph.layers[m[0]].name in folded)
                      for m in members], dtype=bool)
+    omitted = None if post_op_inputs else np.array(
+        [0.0 if kind == ELEMENTWISE_SUBGRAPH else sum(max(0.0, feats[i, _IN] - feats[before, _OUT])
+                                                      for before, i in zip(m, m[1:]))
+         for m, kind in zip(members, kinds)])
     return KernelTable(
         names=names, kinds=kinds,
         layers=[tuple(graph.layers[j].name for j in m) for m in members],
         layer_kinds=[tuple(graph.layers[j].kind for j in m) for m in members],
         fusion=fusion, free=free,
         features=np.array(rows, dtype=np.float64).reshape(len(rows), len(FEATURES)),
-        groups=_groups(kinds),
+        groups=_groups(kinds), omitted_inputs=omitted,
     )
 
 

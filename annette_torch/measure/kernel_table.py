@@ -44,6 +44,7 @@ from ..atomic import atomic_path
 from ..kinds import FEATURES
 from ..validation import DataError, number, read_json, read_text
 
+_IN = FEATURES.index("input_elems")
 KERNEL_COLUMNS = ("signature", "kind", "fused", *FEATURES, "time_ms", "spread", "occurrences", "tie", "network",
                   "measured_utc")
 KERNELS_FILE = "kernels.csv"
@@ -68,9 +69,23 @@ def signature(kind: str, layer_kinds: Sequence[str], features: Sequence[float]) 
     return f"{kind}|{'+'.join(layer_kinds[1:])}|" + ",".join(format(float(v), ".17g") for v in features)
 
 
+def signature_features(table: Any) -> np.ndarray:
+    """The features a :class:`~annette_torch.mapping.KernelTable`'s kernels are keyed by: its
+    ``features``, input elements counting what fused layers read from outside whatever the
+    profile's counting (a table measured under one ``post_op_inputs`` serves profiles of the
+    other)."""
+    if getattr(table, "omitted_inputs", None) is None:
+        return table.features
+    features = table.features.copy()
+    features[:, _IN] += table.omitted_inputs
+    return features
+
+
 def kernel_signatures(table: Any) -> list[str]:
-    """The signature of every kernel of a :class:`~annette_torch.mapping.KernelTable`."""
-    return [signature(kind, kinds, row) for kind, kinds, row in zip(table.kinds, table.layer_kinds, table.features)]
+    """The signature of every kernel of a :class:`~annette_torch.mapping.KernelTable`
+    (:func:`signature` of its :func:`signature_features`)."""
+    return [signature(kind, kinds, row) for kind, kinds, row in zip(table.kinds, table.layer_kinds,
+                                                                     signature_features(table))]
 
 
 def _table_under(root: Path, fingerprint: dict[str, Any]) -> Path:
