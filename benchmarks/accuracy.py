@@ -78,8 +78,7 @@ from annette_torch.backends import get_backend
 from annette_torch.calibration.store import fingerprint_folder
 from annette_torch.measure import Measured, Protocol
 from annette_torch.measure.arguments import BOARD_OTHERWISE, add_protocol_arguments, whole_network_protocol
-from annette_torch.measure.networks import NETWORK_PROTOCOL
-from annette_torch.measure.networks import measure_networks as measure_with_protocol
+from annette_torch.measure.networks import NETWORK_PROTOCOL, measure_networks as measure_with_protocol
 from annette_torch.measure.noise import round_to_round
 from annette_torch.measure.record import LEGACY, describe, differences, new_record, read_record, write_record
 from annette_torch.nas import MobileNetV2Space

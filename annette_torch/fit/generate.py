@@ -132,7 +132,7 @@ def _selected(data: StoreData, train: set[str], min_time_ms: float, max_spread: 
     gap = fit_gap(*(data.networks[c].to_numpy()[fitted] for c in ("time_ms", "layers_sum_ms", "kernels")),
                   decade_sums[fitted])
     table = kernel_table(data, rules, _backend_flag(data, "optimizes_graph"), _backend_flag(data, "trains"),
-                         backend_counting(data),
+                         fit_counting(data),
                          merge_elementwise=_backend_flag(data, "merges_elementwise"),
                          output_reorders=output_reorder_pattern(data))
     keep = (table["measured"] & table["agrees"] & (table["time_ms"] >= min_time_ms)
@@ -204,7 +204,7 @@ def _backend_flag(data: StoreData, flag: str) -> bool:
     return bool(getattr(BACKENDS.get(data.fingerprint.get("backend")), flag, False))
 
 
-def backend_counting(data: StoreData) -> Counting:
+def fit_counting(data: StoreData) -> Counting:
     """How a profile fitted on the store counts layers: as the store's backend computes them
     (:attr:`~annette_torch.backends.Backend.counting`), each kernel's inputs those of its
     primary layer (``post_op_inputs`` false: what the layers fused after it read is their
@@ -254,7 +254,7 @@ def _profile(name: str, data: StoreData, fitted: _Pass, fit_metrics: dict, notes
         removes_identity_slices=_backend_flag(data, "removes_identity_slices"),
         folds_layout_transposes=_backend_flag(data, "folds_layout_transposes"),
         merges_elementwise=_backend_flag(data, "merges_elementwise"), reorders_outputs=bool(output_reorder_pattern(data)),
-        counting=backend_counting(data),
+        counting=fit_counting(data),
         training=training, description=(f"fitted on {len(data.networks)} benchmarks of {fp.get('backend')} {fp.get('runtime_version')}, "
                      f"{fp.get('threads')} thread(s), {fp.get('precision')}"),
         fit_metrics=fit_metrics, notes=notes, ranges=ranges)

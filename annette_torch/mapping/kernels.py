@@ -217,6 +217,12 @@ def _groups(kinds: list[str]) -> dict[str, np.ndarray]:
     return {kind: np.array(idx, dtype=np.intp) for kind, idx in groups.items()}
 
 
+def _post_op_reads(feats: np.ndarray, producer: int, layer: int) -> float:
+    """The input elements fused layer ``layer`` reads besides ``producer``'s output (a
+    residual add's second input)."""
+    return max(0.0, feats[layer, _IN] - feats[producer, _OUT])
+
+
 def _map(graph: LayerGraph, rules: tuple[FusionRule, ...], folded: frozenset[str], feats: np.ndarray,
          merge_elementwise: bool = False, post_op_inputs: bool = True) -> KernelTable:
     by_pair: dict[tuple[str, str], list[FusionRule]] = {}
@@ -260,8 +266,8 @@ def _map(graph: LayerGraph, rules: tuple[FusionRule, ...], folded: frozenset[str
         last = members[target][-1]
         row[_OPS] += feats[i, _OPS]
         row[_W] += feats[i, _W]
-        if post_op_inputs:      # what the fused layer reads besides its producer's output (Counting.post_op_inputs)
-            row[_IN] += max(0.0, feats[i, _IN] - feats[last, _OUT])
+        if post_op_inputs:      # Counting.post_op_inputs
+            row[_IN] += _post_op_reads(feats, last, i)
         row[_OUT] = feats[i, _OUT]
         members[target].append(i)
         kinds[target] = rule.result
@@ -276,8 +282,7 @@ def _map(graph: LayerGraph, rules: tuple[FusionRule, ...], folded: frozenset[str
     free = np.array([len(m) == 1 and (graph.layers[m[0]].free or graph.layers[m[0]].name in folded)
                      for m in members], dtype=bool)
     omitted = None if post_op_inputs else np.array(
-        [0.0 if kind == ELEMENTWISE_SUBGRAPH else sum(max(0.0, feats[i, _IN] - feats[before, _OUT])
-                                                      for before, i in zip(m, m[1:]))
+        [0.0 if kind == ELEMENTWISE_SUBGRAPH else sum(_post_op_reads(feats, before, i) for before, i in zip(m, m[1:]))
          for m, kind in zip(members, kinds)])
     return KernelTable(
         names=names, kinds=kinds,
