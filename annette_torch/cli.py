@@ -392,7 +392,7 @@ def _calibrate_for(args: argparse.Namespace) -> int:
                             precision=args.precision, protocol=protocol, input_shape=args.input_shape,
                             backend_options=options, method=args.method)
     if summary.machine:
-        print(f"machine before measuring: {summary.machine}")
+        print(summary.machine)
     if summary.fit is not None:
         print(summary.fit)
         if abs(math.log(summary.fit.scale)) > math.log(1.1):

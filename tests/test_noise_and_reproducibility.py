@@ -62,10 +62,18 @@ def test_busy_check_benchmark_pairs_each_sessions_canary_spread_with_its_round_t
     folder = tmp_path / "openvino-cpu-1t-x"
     folder.mkdir()
     sessions = [{"finished_utc": "2026-12-04T03:26:51+00:00", "before": "steal 0.0%, canary spread 26.6% over 1 s",
+                 "during": "steal 0.0%, load 1.00 (1 min) over 600 s",             # no drift correction
                  "round_to_round": {"zoo": 0.052, "nb201": 0.183}},
                 {"finished_utc": "2026-12-04T03:30:00+00:00", "before": "steal 0.0%, load 1.0 (1 min)",   # no canary
-                 "round_to_round": {"zoo": 0.01}}]
+                 "round_to_round": {"zoo": 0.01}},
+                {"finished_utc": "2026-12-05T19:21:00+00:00", "before": "steal 0.0%, canary spread 17.7% over 1 s",
+                 "during": "steal 0.0%, load 1.01 (1 min), canary spread 0.6% over 621 s",   # before 2026-12-06
+                 "round_to_round": {"zoo": 0.03}},
+                {"finished_utc": "2026-12-06T17:13:00+00:00", "before": "steal 0.0%, canary spread 29.2% over 1 s",
+                 "during": "steal 0.5%, load 2.00 (1 min), canary drift 50.7% over 271 s",
+                 "round_to_round": {"zoo": 0.111}}]
     (folder / "sessions.jsonl").write_text("".join(json.dumps(s) + "\n" for s in sessions))
     rows = busy_check.session_rows(tmp_path)
-    assert sorted(zip(rows.set, rows.canary_spread_pct, rows.r2r_pct.round(1))) == [("nb201", 26.6, 18.3), ("zoo", 26.6, 5.2)]
+    assert sorted(zip(rows.set, rows.canary_spread_pct, rows.canary_drift_pct.fillna(-1), rows.r2r_pct.round(1))) == [
+        ("nb201", 26.6, -1, 18.3), ("zoo", 17.7, 0.6, 3.0), ("zoo", 26.6, -1, 5.2), ("zoo", 29.2, 50.7, 11.1)]
     assert set(rows.folder) == {"openvino-cpu-1t-x"}

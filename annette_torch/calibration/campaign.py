@@ -469,8 +469,8 @@ def run_campaign(backend_name: str, sweep: str | Sequence[BenchmarkSpec], out: s
             failures.flush()
         finally:
             worker.stop()
-        machine = between(cpu_start, read_cpu_times(), threads, spread_of(canary_values) if len(canary_values) > 1
-                          else None, time.monotonic() - start)
+        machine = between(cpu_start, read_cpu_times(), threads, interval_s=time.monotonic() - start,
+                          drift=spread_of(canary_values) if len(canary_values) > 1 else None)
         return CampaignSummary(str(store.folder), len(specs), len(specs) - len(todo), counts["measured"],
                                counts["failed"], counts["layer_rows"], time.monotonic() - start, stopped_early, machine)
 

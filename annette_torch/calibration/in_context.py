@@ -63,7 +63,8 @@ from ..kinds import FEATURES
 from ..mapping import OUTPUT_REORDER
 from ..measure.kernel_table import (KERNELS_FILE, MATCHING, MeasuredKernels, append_kernels, kernel_signatures,
                                    signature_features, write_scale)
-from ..measure.networks import check_machine, measure_networks, protocol_canary
+from ..measure.machine_load import read_cpu_times
+from ..measure.networks import check_machine, machine_report, measure_networks, protocol_canary, session_state
 from ..measure.protocol import ItemFailed, Protocol, combine, interleave, statistic_ms
 from ..measure.record import LEGACY, differences, new_record, read_record, write_record
 from ..profiles import builtin_names, load_profile
@@ -112,7 +113,8 @@ class NetworkResult:
 class InContextSummary:
     """One run of ``calibrate --for``: the table's folder, per network its result (or
     that it was not measured because its kernels are in the table or in a network
-    measured before it, or its failure)."""
+    measured before it, or its failure), the machine's state before and while measuring
+    (lines, :func:`~annette_torch.measure.networks.machine_report`) and the end-to-end fit."""
 
     folder: Path
     results: list[NetworkResult] = field(default_factory=list)
@@ -341,7 +343,7 @@ def calibrate_for(specs: Sequence[str], backend_name: str, out: str | os.PathLik
 
         with protocol_canary(backend, protocol) as canary:
             before, reference_ms = check_machine(canary, backend.threads, protocol.statistic)
-            summary.machine = str(before)
+            start = read_cpu_times()
             if protocol.drift != "canary":
                 canary = None
             elif reference_ms is not None and record.get("canary_ms") is None:
@@ -351,6 +353,7 @@ def calibrate_for(specs: Sequence[str], backend_name: str, out: str | os.PathLik
                       disable=not progress, file=sys.stderr, dynamic_ncols=True) as bar:
                 session = interleave(list(todo), measure, protocol, canary, record.get("canary_ms"), finished,
                                      progress=bar)
+        summary.machine = machine_report(before, session_state(start, backend.threads, session), session)
         summary.failures = session.failures
     return summary
 
@@ -373,7 +376,7 @@ def _end_to_end(networks: list[_Network], backend: Backend, estimator: Estimator
                                on_measured=lambda name, measured: append_network(
                                    folder / NETWORKS_FILE, name, measured.time_ms, kernels[name]),
                                progress=progress)
-    summary = InContextSummary(folder, failures=dict(session.failures), machine=str(session.before))
+    summary = InContextSummary(folder, failures=dict(session.failures), machine=session.report())
     recorded = read_networks(folder / NETWORKS_FILE)
     if not recorded:
         return summary

@@ -26,7 +26,7 @@ from torch import nn
 
 from ..backends.base import BackendError
 from .canary import can_time_canary, canary_timer
-from .machine_load import MachineState, between, machine_state, read_cpu_times
+from .machine_load import CpuTimes, MachineState, between, machine_state, read_cpu_times
 from .protocol import DEFAULT_STATISTIC, ItemFailed, Measured, Protocol, Session, canary_reference, combine, \
     interleave, spread_of
 
@@ -66,10 +66,24 @@ class NetworkSession:
     during: MachineState
 
     def report(self) -> str:
-        """Two lines: the machine before measuring and during the session."""
-        reference = f"; canary reference {self.session.reference_ms:.4g} ms" if self.session.reference_ms else ""
-        return (f"machine before measuring: {self.before}\n"
-                f"machine while measuring: {self.during}{reference}; {self.session.wall_s:.0f} s")
+        """:func:`machine_report` of this session."""
+        return machine_report(self.before, self.during, self.session)
+
+
+def machine_report(before: MachineState, during: MachineState, session: Session) -> str:
+    """Lines on the machine before measuring and during ``session`` (with the canary's
+    reference time and the session's wall time), then one per warning the session's own
+    state calls for (the check before it warned when it was made)."""
+    reference = f"; canary reference {session.reference_ms:.4g} ms" if session.reference_ms else ""
+    return (f"machine before measuring: {before}\n"
+            f"machine while measuring: {during}{reference}; {session.wall_s:.0f} s"
+            + "".join(f"\nwarning: while measuring: {warning}" for warning in during.warnings))
+
+
+def session_state(start: CpuTimes | None, threads: int, session: Session) -> MachineState:
+    """The machine's state over ``session``, which began when ``start`` was read: steal,
+    load and the canary's drift (:meth:`~.protocol.Session.canary_spread`)."""
+    return between(start, read_cpu_times(), threads, interval_s=session.wall_s, drift=session.canary_spread())
 
 
 @contextlib.contextmanager
@@ -162,7 +176,7 @@ def measure_networks(backend, items: Sequence[Item], protocol: Protocol = Protoc
         with tqdm(total=len(shapes) * protocol.rounds, desc=f"measure on {backend.name} ({protocol.rounds} rounds)",
                   unit="run", disable=not progress, file=sys.stderr, dynamic_ncols=True) as bar:
             session = interleave(list(shapes), measure, protocol, canary, reference_ms, finished, deadline, bar)
-        during = between(start, read_cpu_times(), backend.threads, session.canary_spread(), session.wall_s)
+        during = session_state(start, backend.threads, session)
     return NetworkSession(protocol, measured, session.failures, session, before, during)
 
 
