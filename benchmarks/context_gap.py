@@ -8,7 +8,8 @@ estimates of the same kernels (a benchmark: prints a table, measures nothing).
 
 ``DIR`` is the table's folder (``<out>/<fingerprint folder>`` of ``calibrate --for``); the
 models must be among the networks it measured. A ratio below 1 means the profile
-predicts that kind faster than it ran in these networks. ``--by-fused-layers`` splits each
+predicts that kind faster than it ran in these networks; "-" marks a kind whose kernels the
+profiler gave no time (their layers ran inside other kernels). ``--by-fused-layers`` splits each
 kind by the layers fused into its kernels that may cost time (``conv+add``, ``conv+relu+add``:
 batch norms and layout changes left out, :func:`annette_torch.fit.fused.costly_members`).
 """
@@ -71,7 +72,8 @@ def main() -> None:
         width = max([20, *(len(kind) + 2 for kind in sums)])
         print(f"{'kind':<{width}}{'kernels':>8}{'measured ms':>13}{'estimated ms':>14}{'ratio':>7}")
         for kind, (m, e, n) in sorted(sums.items(), key=lambda item: -item[1][0]):
-            print(f"{kind:<{width}}{n:>8}{m:>13.3f}{e:>14.3f}{e / m:>7.2f}")
+            ratio = f"{e / m:>7.2f}" if m > 0 else f"{'-':>7}"     # a kind the profiler put no time on
+            print(f"{kind:<{width}}{n:>8}{m:>13.3f}{e:>14.3f}{ratio}")
         print()
 
 
