@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 from pathlib import Path
 
 import pytest
@@ -124,6 +125,15 @@ def test_the_users_networks_weigh_the_families_by_their_kernel_kinds():
     relevance = family_relevance(prior, ["torchvision:squeezenet1_0"], families, PriorScorer(prior))
     assert relevance["linear"] == RELEVANCE_FLOOR           # squeezenet has no fully connected layer
     assert relevance["conv2d"] > 0.5
+
+
+def test_the_prior_scores_benchmarks_that_compute_foldable_work_without_warning_about_it():
+    from annette_torch.calibration.budget import PriorScorer
+
+    spec = BenchmarkSpec("eltwise", {"c": 36, "h": 28, "op": "div"})   # its divisor is a constant the compiler folds
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert PriorScorer(load_profile("openvino-cpu-2t")).estimate_ms(spec) > 0
 
 
 def test_a_fixed_sweep_with_minutes_is_still_the_fixed_campaign(tmp_path, capsys):
