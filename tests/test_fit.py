@@ -182,6 +182,19 @@ def test_saved_profile_estimates_exactly_as_the_fitted_one(fitted):
             assert Estimator(loaded, model_type=type_name)(graph) == Estimator(fitted_profile, model_type=type_name)(graph)
 
 
+def test_the_fit_scores_benchmarks_that_compute_foldable_work_without_warning_about_it():
+    from types import SimpleNamespace
+
+    from annette_torch.fit.table import benchmark_estimates
+
+    spec = BenchmarkSpec("eltwise", {"c": 36, "h": 28, "op": "div"})   # its divisor is a constant the compiler folds
+    module, shape = build_benchmark(spec)
+    data = SimpleNamespace(graphs={spec.id: trace(module, input_shape=shape, name=spec.id)})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert benchmark_estimates(Estimator("openvino-cpu"), data, [spec.id])[0] > 0
+
+
 def test_fit_command_writes_the_profile_and_prints_its_report(tmp_path, capsys):
     if TORCH_STORE is None:
         pytest.skip("no committed torch-cpu store under calibration/data")

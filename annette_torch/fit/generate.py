@@ -75,7 +75,8 @@ from .mapping import PairDecision, describe_rule, learn_rules, rule_accuracy
 from .overhead import Gap, fit_gap, kernel_decade_sums, scaled_kernel_sums
 from .ranges import calibrated_ranges
 from .roofline import as_plain, fit_roofline
-from .table import StoreData, held_out, kernel_table, load_store, output_reorder_pattern, runtime_kernels_ms
+from .table import (StoreData, benchmark_estimates, held_out, kernel_table, load_store, output_reorder_pattern,
+                    runtime_kernels_ms)
 from .weights import benchmark_weight_elems, fit_weight_bandwidth, fit_weight_cache
 
 MODEL_TYPES = ("roofline", "refined_roofline", "statistical", "mixed")
@@ -301,7 +302,7 @@ def _network_scores(profile: Profile, data: StoreData, test_ids: list[str], gap:
             # a benchmark runs in a loop: its weights stay cached, no weights-from-memory floor
             estimator = Estimator(profile, model_type=type_name, use_mapping=mapping, weights_from_memory=False)
             estimates[type_name if mapping else f"{type_name} (no mapping)"] = \
-                np.array([estimator(data.graphs[b]) for b in test_ids]) + inserted
+                benchmark_estimates(estimator, data, test_ids) + inserted
     return {"benchmarks": len(test_ids), "long_benchmarks": int(long.sum()), "long_ms": long_ms,
             "mape": {key: mape(e, measured) for key, e in estimates.items()},
             "mape_long": {key: mape(e[long], measured[long]) for key, e in estimates.items()}}

@@ -70,7 +70,8 @@ from ..validation import number, safe_name
 from .kinds import mape
 from .overhead import Gap
 from .mapping import describe_rule, fusion_examples, learn_rules
-from .table import StoreData, held_out, kernel_table, load_store, output_reorder_pattern, runtime_kernels_ms
+from .table import (StoreData, benchmark_estimates, held_out, kernel_table, load_store, output_reorder_pattern,
+                    runtime_kernels_ms)
 
 #: a kind pair needs this many fusable edges before the data may overrule the prior's rules
 MIN_PAIR_EXAMPLES = 10
@@ -305,7 +306,7 @@ def _network_mape(profile: Profile, data: StoreData, ids: list[str], gap: Gap) -
         warnings.simplefilter("ignore", ProfileMismatchWarning)
         estimator = Estimator(profile, weights_from_memory=False)
     inserted = runtime_kernels_ms(data, profile.reorders_outputs, gap).loc[ids].to_numpy()
-    estimates = np.array([estimator(data.graphs[b]) for b in ids]) + inserted
+    estimates = benchmark_estimates(estimator, data, ids) + inserted
     return mape(estimates, data.networks.loc[ids, "time_ms"].to_numpy())
 
 
@@ -319,7 +320,7 @@ def fit_overhead(profile: Profile, data: StoreData, ids: list[str], gap: Gap) ->
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ProfileMismatchWarning)
         estimator = Estimator(dataclasses.replace(profile, overhead_ms=0.0), weights_from_memory=False)
-    kernels = (np.array([estimator(data.graphs[b]) for b in ids])
+    kernels = (benchmark_estimates(estimator, data, ids)
                + runtime_kernels_ms(data, profile.reorders_outputs, gap).loc[ids].to_numpy())
     measured = data.networks.loc[ids, "time_ms"].to_numpy()
     result = least_squares(lambda p: (p[0] + kernels - measured) / measured, [profile.overhead_ms],

@@ -16,7 +16,9 @@ fitted on; a kernel whose layers the target optimized out has no time of its own
 from __future__ import annotations
 
 import hashlib
+import warnings
 from dataclasses import dataclass
+from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
@@ -183,6 +185,18 @@ def _output_reorder_ms(data: StoreData, pattern: str) -> dict[str, tuple[float, 
     rows = data.layers[(data.layers["layer"] == "") & data.layers["kernel"].str.contains(pattern, regex=True)]
     summed = rows.groupby("benchmark").agg(time=("time_ms", "sum"), spread=("spread", "max"))
     return {b: (t, s) for b, t, s in zip(summed.index, summed["time"], summed["spread"])}
+
+
+def benchmark_estimates(estimator: Any, data: StoreData, ids: Sequence[str]) -> np.ndarray:
+    """``estimator``'s time (ms) of each benchmark ``ids`` of ``data``. Some benchmarks
+    compute what a graph compiler folds on purpose (an ``eltwise`` division by a constant),
+    so the estimator's :class:`~annette_torch.estimator.FreeWorkWarning`, meant for a
+    user's network, is not raised for them."""
+    from ..estimator import FreeWorkWarning
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FreeWorkWarning)
+        return np.array([estimator(data.graphs[b]) for b in ids], dtype=float)
 
 
 def runtime_kernels_ms(data: StoreData, without_output_reorders: bool = False, gap: Gap | None = None) -> pd.Series:
