@@ -10,7 +10,7 @@ processes on our CPUs (the CPU time not idle while we wait, and the load average
 missing (not Linux) the fields are ``None`` and nothing is warned.
 
 The canary is read two ways. Before a session, the spread of its runs in one second
-(``noise``) is reported but not warned on: over 125 recorded (session, set) rows it
+(``noise``) is reported but not warned on: over 127 recorded (session, set) rows it
 exceeded 5 % before 96 % of them and told noisy sessions from quiet ones hardly at all
 (Spearman +0.19 with the session's round-to-round difference; ``python
 benchmarks/busy_check.py``). Over a session, the spread of its times between the items
@@ -138,9 +138,11 @@ class MachineState:
 def between(first: CpuTimes | None, second: CpuTimes | None, threads: int = 1, noise: float | None = None,
             interval_s: float = 0.0, measuring: bool = True,
             loadavg_path: str | os.PathLike = "/proc/loadavg", drift: float | None = None) -> MachineState:
-    """The :class:`MachineState` over the interval between two CPU-time samples; with
-    ``measuring`` (a session ran in between) the busy share, which counts the session's
-    own work, is left out and the load average is taken to include its threads."""
+    """The :class:`MachineState` over the interval between two CPU-time samples, with the
+    canary's ``noise`` (its runs' spread in a check) or ``drift`` (its times' spread over a
+    session) if measured; with ``measuring`` (a session ran in between) the busy share,
+    which counts the session's own work, is left out and the load average is taken to
+    include its threads."""
     steal = busy = None
     if first is not None and second is not None and second.total > first.total:
         elapsed = second.total - first.total
