@@ -65,10 +65,6 @@ def is_identity_arithmetic(kind: str, op: str, attrs: dict) -> bool:
             or (kind == "div" and op == "div" and value == 1 and not first))
 
 
-#: the binary arithmetic kinds: fused into a kernel, they may read a second tensor
-ARITHMETIC_KINDS = frozenset(kind.name for kind in _Arithmetic.__subclasses__())
-
-
 @register_kind
 class Compare(LayerKind):
     """Comparisons, masks and selection (where, masked_fill, maximum, ...). Their result
