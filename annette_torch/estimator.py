@@ -170,6 +170,8 @@ class Estimator:
                          self.profile.folds_layout_transposes and compiles)
         self._merges = use_mapping and (self.profile.merges_elementwise if adaptation is None
                                         else adaptation.merges(self.profile.merges_elementwise))
+        self._groups_convs = use_mapping and (self.profile.groups_split_convs if adaptation is None
+                                              else adaptation.merges(self.profile.groups_split_convs))
         # a returned map's layout reorder is the graph compiler's, as folding is (not fusion's)
         self._reorders = self.profile.reorders_outputs and self._folds and compiles
         self._plan_key = ("plan", object())  # this estimator's entry in a graph's cache
@@ -211,7 +213,7 @@ class Estimator:
         training = False if self.profile.training is not None else None   # a data batch requires no grad
         folds, dead, identity_slices, layout_transposes = self._removes
         return map_kernels(graph, self._rules, folds, training, self.profile.counting, dead, identity_slices,
-                           self._merges, self._reorders, layout_transposes)
+                           self._merges, self._reorders, layout_transposes, self._groups_convs)
 
     def layer_model(self, kernel_kind: str) -> tuple[str, str, Any]:
         """(model type, profile entry, layer model) that answers ``kernel_kind``, without

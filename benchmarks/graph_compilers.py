@@ -57,6 +57,19 @@ class Split(nn.Module):
         return self.b(y[:, :16]) + self.c(y[:, 16:])
 
 
+class SplitConvs(nn.Module):
+    """MixNet's grouped pointwise conv: the channels split in two, a 1x1 conv on each half,
+    the halves concatenated (``bias``: convs with biases)."""
+
+    def __init__(self, bias: bool) -> None:
+        super().__init__()
+        self.a, self.b = nn.Conv2d(8, 12, 1, bias=bias), nn.Conv2d(8, 12, 1, bias=bias)
+
+    def forward(self, x):
+        parts = torch.split(x, 8, 1)
+        return torch.relu(torch.cat([self.a(parts[0]), self.b(parts[1])], 1))
+
+
 class Layout(nn.Module):
     """A layout change between two layers: ``shuffle`` (view-transpose-view), ``tokens``
     (flatten(2).transpose(1, 2) into a linear), ``permute`` (NCHW -> NHWC and back)."""
@@ -108,7 +121,8 @@ class ParameterOnly(nn.Module):
 
 PROBES = {"catslice_whole": lambda: CatSlice(24), "catslice_part": lambda: CatSlice(20), "split": Split,
           "shuffle": lambda: Layout("shuffle"), "tokens": lambda: Layout("tokens"),
-          "permute": lambda: Layout("permute"), "arithmetic": Arithmetic, "parameter_only": ParameterOnly}
+          "permute": lambda: Layout("permute"), "arithmetic": Arithmetic, "parameter_only": ParameterOnly,
+          "split_convs": lambda: SplitConvs(False), "split_convs_bias": lambda: SplitConvs(True)}
 
 
 def openvino_ops(path: Path) -> list[str]:
@@ -142,8 +156,9 @@ def show(name: str, model: nn.Module, shape: tuple[int, ...], brief: bool) -> No
         path = export_onnx(model, shape, Path(folder) / "model.onnx")
         ov, ort_ops = openvino_ops(path), onnxruntime_ops(path, folder)
         graph = trace(model, input_shape=shape, name=name)
-        free = {p: [f"{r.kind}:{r.layers}" for r in Estimator(p).report(graph).itertuples() if r.confidence == "free"]
-                for p in ("openvino-cpu", "onnxruntime-cpu")}
+        reports = {p: Estimator(p).report(graph) for p in ("openvino-cpu", "onnxruntime-cpu")}
+    free = {p: [f"{r.kind}:{r.layers}" for r in report.itertuples() if r.confidence == "free"]
+            for p, report in reports.items()}
     print(f"\n== {name}")
     if brief:
         kinds = sorted({line.split(" ")[0] for line in ov})
@@ -155,6 +170,9 @@ def show(name: str, model: nn.Module, shape: tuple[int, ...], brief: bool) -> No
         print(f"ONNX Runtime optimized graph: {' '.join(ort_ops)}")
     for profile, layers in free.items():
         print(f"free on {profile}: {len(layers)} kernel(s)" + (f": {', '.join(layers)}" if layers and not brief else ""))
+        if not brief:
+            print(f"kernels on {profile}: " + ", ".join(f"{r.kind}:{r.layers}" for r in reports[profile].itertuples()
+                                                          if r.confidence != "free"))
 
 
 def main() -> None:

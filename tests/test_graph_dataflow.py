@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from annette_torch import Estimator, FreeWorkWarning, trace
+from annette_torch.kinds import FEATURES
 
 
 def _quiet_estimator(profile: str) -> Estimator:
@@ -286,7 +287,9 @@ def test_profile_fields_for_removed_layers_round_trip_and_are_checked(tmp_path):
     data = load_profile("ncs2-myriad").to_dict()
     assert data["removes_dead_code"] is True and "removes_identity_slices" not in data
     assert "folds_layout_transposes" not in data
-    for field in ("removes_identity_slices", "folds_layout_transposes"):
+    assert ov.groups_split_convs and not load_profile("onnxruntime-cpu").groups_split_convs
+    assert "groups_split_convs" not in data
+    for field in ("removes_identity_slices", "folds_layout_transposes", "groups_split_convs"):
         path = tmp_path / f"bad-{field}.json"
         path.write_text(json.dumps({**data, field: "yes"}))
         with pytest.raises(ProfileError, match=field):
@@ -294,6 +297,73 @@ def test_profile_fields_for_removed_layers_round_trip_and_are_checked(tmp_path):
     path = tmp_path / "folds.json"
     path.write_text(json.dumps({**data, "folds_layout_transposes": True}))
     assert load_profile(str(path)).folds_layout_transposes
+
+
+class SplitConvs(nn.Module):
+    """MixNet's grouped pointwise conv: the channels split into ``parts``, a conv on each,
+    the outputs concatenated, then a batch norm and a ReLU; ``sizes``, ``kernels``,
+    ``bias`` and ``relu_each`` make variants OpenVINO does not turn into a grouped conv."""
+
+    def __init__(self, c: int = 32, f: int = 48, parts: int = 2, sizes=None, kernels=None, bias: bool = False,
+                 relu_each: bool = False) -> None:
+        super().__init__()
+        self.sizes = sizes or [c // parts] * parts
+        self.relu_each = relu_each
+        self.convs = nn.ModuleList(nn.Conv2d(size, f // parts, k, padding=k // 2, bias=bias)
+                                   for size, k in zip(self.sizes, kernels or [1] * parts))
+        self.bn = nn.BatchNorm2d(f)
+
+    def forward(self, x):
+        parts = torch.split(x, self.sizes, 1)
+        outs = [conv(parts[i]) for i, conv in enumerate(self.convs)]
+        return torch.relu(self.bn(torch.cat([torch.relu(o) for o in outs] if self.relu_each else outs, 1)))
+
+
+class GroupedConv(nn.Module):
+    """What :class:`SplitConvs` computes, written as one grouped conv."""
+
+    def __init__(self, c: int = 32, f: int = 48, parts: int = 2) -> None:
+        super().__init__()
+        self.conv, self.bn = nn.Conv2d(c, f, 1, groups=parts, bias=False), nn.BatchNorm2d(f)
+
+    def forward(self, x):
+        return torch.relu(self.bn(self.conv(x)))
+
+
+@pytest.mark.parametrize("parts", [2, 4])
+def test_a_split_the_same_conv_on_each_part_and_their_concat_are_one_grouped_conv_on_openvino(parts):
+    """OpenVINO's ConvolutionToGroupConvolutionFusion runs MixNet's split -> convs -> concat
+    as one GroupConvolution (no Split, no Concat): estimated as the grouped conv written
+    directly, with the batch norm and ReLU fused into it as into any conv. ONNX Runtime and
+    eager torch run the split, each conv and the concat."""
+    graph = trace(SplitConvs(parts=parts).eval(), input_shape=(1, 32, 28, 28))
+    convs = tuple(layer.name for layer in graph if layer.kind == "conv")
+    split, concat = (next(layer.name for layer in graph if layer.kind == kind) for kind in ("split", "concat"))
+    assert graph.split_conv_groups == {concat: (split, convs)}
+
+    openvino = _quiet_estimator("openvino-cpu")
+    report = openvino.report(graph)
+    assert report["kind"].tolist() == ["conv", "output_reorder"]     # the returned map back to NCHW
+    assert set(report.loc[0, "layers"].split("+")) == {layer.name for layer in graph if not layer.free}
+    features = dict(zip(FEATURES, openvino.kernel_table(graph).features[0]))
+    assert (features["c"], features["f"], features["groups"]) == (32, 48, parts)
+    direct = trace(GroupedConv(parts=parts).eval(), input_shape=(1, 32, 28, 28))
+    assert openvino(graph) == pytest.approx(openvino(direct))
+    for eager_or_onnx in ("onnxruntime-cpu", "torch-cpu"):
+        kinds = _quiet_estimator(eager_or_onnx).report(graph)["kind"].tolist()
+        assert "split" in kinds and "concat" in kinds and kinds.count("conv") == parts
+
+
+@pytest.mark.parametrize("variant", [dict(bias=True), dict(sizes=[20, 12]), dict(kernels=[1, 3]),
+                                     dict(relu_each=True)],
+                         ids=["bias", "unequal-parts", "other-kernels", "relu-on-each"])
+def test_split_convs_that_openvino_keeps_apart_are_not_grouped(variant):
+    """A conv with a bias (ONNX's bias is an add after it), parts of unequal size, convs of
+    other kernels, or a layer between a conv and the concat: OpenVINO runs the split, the
+    convs and the concat (probed on OpenVINO 2026.4)."""
+    graph = trace(SplitConvs(**variant).eval(), input_shape=(1, 32, 28, 28))
+    assert graph.split_conv_groups == {}
+    assert "concat" in _quiet_estimator("openvino-cpu").report(graph)["kind"].tolist()
 
 
 class TwoBranches(nn.Module):

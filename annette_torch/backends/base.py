@@ -258,6 +258,7 @@ class Backend:
     removes_identity_slices: ClassVar[bool] = False       # it runs nothing for a slice of its whole input
     folds_layout_transposes: ClassVar[bool] = False       # a conv reads/writes channels-last for a transpose next to it
     merges_elementwise: ClassVar[bool] = False            # connected elementwise layers run as one kernel
+    groups_split_convs: ClassVar[bool] = False            # a split's parallel convs and their concat run as one grouped conv
     output_reorders: ClassVar[str] = ""                   # regex of its kernels converting a returned map to NCHW
     fuses_layers: ClassVar[bool] = True                   # its compiler fuses layers (conv+bn+relu, ...)
     trains: ClassVar[bool] = False                        # it times training passes, not inferences

@@ -37,6 +37,10 @@ class OpenVinoCpu(OnnxBackend):
     # its Snippets compile connected elementwise ops into one "Subgraph" kernel, whatever
     # their consumers (NAS-Bench-201's x * 0 edges and the sums between cells)
     merges_elementwise = True
+    # ConvolutionToGroupConvolutionFusion: a split into equal channel parts, a bias-free conv of
+    # one shape on each and the concat of their outputs run as one GroupConvolution, no Split
+    # or Concat (MixNet's grouped pointwise convs; probed 2026-12-06, docs/graph-compilers.md)
+    groups_split_convs = True
     # a returned feature map computed channels-last (acdb) or blocked is converted to NCHW
     # by a Reorder writing the result (".../sink_port_0"); a segmentation head's map of 21
     # channels at 320x320 took 8.2 ms of lraspp_mobilenet_v3_large's 30.5 ms (2026-12-01)

@@ -254,7 +254,8 @@ def _profile(name: str, data: StoreData, fitted: _Pass, fit_metrics: dict, notes
         weight_cache_bytes=fitted.weight_cache[0], fused_cost_s_per_elem=fitted.fused_costs[0], optimizes_graph=_backend_flag(data, "optimizes_graph"),
         removes_identity_slices=_backend_flag(data, "removes_identity_slices"),
         folds_layout_transposes=_backend_flag(data, "folds_layout_transposes"),
-        merges_elementwise=_backend_flag(data, "merges_elementwise"), reorders_outputs=bool(output_reorder_pattern(data)),
+        merges_elementwise=_backend_flag(data, "merges_elementwise"),
+        groups_split_convs=_backend_flag(data, "groups_split_convs"), reorders_outputs=bool(output_reorder_pattern(data)),
         counting=fit_counting(data),
         training=training, description=(f"fitted on {len(data.networks)} benchmarks of {fp.get('backend')} {fp.get('runtime_version')}, "
                      f"{fp.get('threads')} thread(s), {fp.get('precision')}"),

@@ -166,6 +166,66 @@ class LayerGraph:
             self._cache["layout_transposes"] = frozenset(to_channels_first | from_conv)
         return self._cache["layout_transposes"]
 
+    @property
+    def split_conv_groups(self) -> dict[str, tuple[str, tuple[str, ...]]]:
+        """Each channel concat that a compiler turns, with the split and the convs before it,
+        into one grouped conv -> (the split, the convs in the concat's order): MixNet's
+        grouped pointwise convs (``torch.split`` into equal parts, a 1x1 conv on each,
+        ``torch.cat``). As OpenVINO's ``ConvolutionToGroupConvolutionFusion`` requires: a
+        split into equal parts along the channels, whose every output a plain conv
+        (``groups=1``, no bias: ONNX's bias is an add after the conv) reads; the convs of
+        one shape, kernel, stride, padding and dilation, each read only by the concat; the
+        concat along the channels of exactly those convs. Identities and dropped copies
+        between them are looked through; a returned split or conv keeps the layers apart."""
+        if "split_conv_groups" not in self._cache:
+            returned = set(self.outputs or ()) | set(self.written)
+            groups: dict[str, tuple[str, tuple[str, ...]]] = {}
+            for layer in self.layers:
+                if layer.kind != "concat" or layer.attrs.get("dim") not in (1, -len(layer.output_shapes[0]) + 1):
+                    continue
+                convs = [self._producer_through_passing(p) for p in layer.parents]
+                if len(convs) < 2 or any(c.kind != "conv" or c.attrs.get("groups") != 1 or c.attrs.get("bias")
+                                         or len(c.parents) != 1 or c.name in returned for c in convs):
+                    continue
+                split = self._producer_through_passing(convs[0].parents[0])
+                if split.kind != "split" or split.name in returned or len(split.output_shapes) != len(convs):
+                    continue
+                shape = split.input_shapes[0] if len(split.input_shapes) == 1 else ()
+                parts = set(split.output_shapes)
+                if len(parts) != 1 or len(shape) < 3 or \
+                        next(iter(parts)) != (shape[0], shape[1] // len(convs), *shape[2:]):
+                    continue
+                keys = {(c.input_shapes, c.output_shapes, c.attrs.get("kernel_size"), c.attrs.get("stride"),
+                         c.attrs.get("padding"), c.attrs.get("dilation")) for c in convs}
+                names = [c.name for c in convs]
+                if len(keys) == 1 and len(set(names)) == len(names) \
+                        and all(self._producer_through_passing(c.parents[0]).name == split.name for c in convs) \
+                        and all(self._consumers_through_passing(c.name) == [layer.name] for c in convs) \
+                        and sorted(self._consumers_through_passing(split.name)) == sorted(names):
+                    groups[layer.name] = (split.name, tuple(names))
+            self._cache["split_conv_groups"] = groups
+        return self._cache["split_conv_groups"]
+
+    def _passes(self, layer: Layer) -> bool:
+        return (layer.kind in PASS_THROUGH or layer.name in self.export_dropped) and len(layer.parents) == 1
+
+    def _producer_through_passing(self, name: str) -> Layer:
+        """The layer whose output ``name`` is, through pass-through layers and dropped copies."""
+        layer = self[name]
+        while self._passes(layer):
+            layer = self[layer.parents[0]]
+        return layer
+
+    def _consumers_through_passing(self, name: str) -> list[str]:
+        """The layers reading ``name``'s output directly or through pass-through layers and
+        dropped copies (one entry per reading layer; a returned pass-through layer is one)."""
+        returned = set(self.outputs or ())
+        found = []
+        for child in dict.fromkeys(self.children[name]):
+            passes = self._passes(self[child]) and child not in returned
+            found += self._consumers_through_passing(child) if passes else [child]
+        return found
+
     def _moves_last_axis_to_1(self, layer: Layer) -> bool:
         """Whether ``layer`` is a transpose of one tensor (rank 3 or more) to (N, last axis, the rest)."""
         if layer.kind != "permute" or layer.op in EXPORT_DROPPED_OPS or len(layer.input_shapes) != 1:

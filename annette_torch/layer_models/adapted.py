@@ -93,10 +93,11 @@ class Adaptation:
         """The fusion rules the target runs with, given the source profile's ``mapping``."""
         return mapping if self.fusion == "source" else ()
 
-    def merges(self, merges_elementwise: bool) -> bool:
-        """Whether the target merges elementwise subgraphs, given the source profile's flag:
-        only when it fuses as the source does."""
-        return merges_elementwise and self.fusion == "source"
+    def merges(self, merges: bool) -> bool:
+        """Whether the target merges kernels as the source's compiler does (elementwise
+        subgraphs, a split's parallel convs), given the source profile's flag: only when it
+        fuses as the source does."""
+        return merges and self.fusion == "source"
 
     def folds(self, optimizes_graph: bool) -> bool:
         """Whether the target optimizes the graph, given the source profile's flag."""

@@ -46,7 +46,8 @@ from ..kinds import FEATURES
 from .counting import Counting
 from .rules import FusionRule
 
-_OPS, _IN, _OUT, _W = (FEATURES.index(k) for k in ("ops", "input_elems", "output_elems", "weight_elems"))
+_OPS, _IN, _OUT, _W, _C, _F, _GROUPS = (FEATURES.index(k) for k in ("ops", "input_elems", "output_elems",
+                                                                      "weight_elems", "c", "f", "groups"))
 
 
 @dataclass(frozen=True)
@@ -100,7 +101,7 @@ def map_kernels(graph: LayerGraph, rules: tuple[FusionRule, ...], optimize_graph
                 input_requires_grad: bool | None = None, counting: Counting | None = None,
                 remove_dead: bool | None = None, remove_identity_slices: bool = False,
                 merge_elementwise: bool = False, reorder_outputs: bool = False,
-                fold_layout_transposes: bool = False) -> KernelTable:
+                fold_layout_transposes: bool = False, group_split_convs: bool = False) -> KernelTable:
     """Kernel table of ``graph`` under ``rules``, its layers counted as ``counting`` says
     (:mod:`.counting`; default: annette_torch's counts); the layers the target's compiler
     removes (:func:`removed_layers` of ``optimize_graph``, ``remove_dead``,
@@ -112,14 +113,20 @@ def map_kernels(graph: LayerGraph, rules: tuple[FusionRule, ...], optimize_graph
     gradients, so its kind gets the suffix :data:`NO_INPUT_GRAD`. With ``reorder_outputs``
     (a target that computes in a blocked or channels-last layout and converts what the
     network returns to plain NCHW) each returned feature map gets an :data:`OUTPUT_REORDER`
-    kernel (:func:`_with_output_reorders`). Cached on the graph."""
+    kernel (:func:`_with_output_reorders`). With ``group_split_convs`` (OpenVINO) each
+    :attr:`LayerGraph.split_conv_groups` split, its convs and their concat run as one
+    grouped conv (:func:`_grouped_conv_row`). Cached on the graph."""
     key = ("kernels", rules, optimize_graph, input_requires_grad, counting, remove_dead, remove_identity_slices,
-           merge_elementwise, reorder_outputs, fold_layout_transposes)
+           merge_elementwise, reorder_outputs, fold_layout_transposes, group_split_convs)
     cached = graph._cache.get(key)
     if cached is None:
         feats = graph.features if counting is None else counting.features(graph)
         removed = removed_layers(graph, optimize_graph, remove_dead, remove_identity_slices, fold_layout_transposes)
-        cached = _map(graph, rules, removed, feats, merge_elementwise, counting is None or counting.post_op_inputs)
+        grouped = {concat: group for concat, group in graph.split_conv_groups.items()
+                   if concat not in removed and not removed.intersection((group[0], *group[1]))} \
+            if group_split_convs else {}
+        cached = _map(graph, rules, removed, feats, merge_elementwise, counting is None or counting.post_op_inputs,
+                      grouped)
         if input_requires_grad is not None:
             cached = _mark_no_input_grad(graph, cached, input_requires_grad)
         if reorder_outputs:
@@ -223,8 +230,22 @@ def _post_op_reads(feats: np.ndarray, producer: int, layer: int) -> float:
     return max(0.0, feats[layer, _IN] - feats[producer, _OUT])
 
 
+def _grouped_conv_row(feats: np.ndarray, convs: list[int]) -> tuple[str, np.ndarray]:
+    """(kind, features) of the grouped conv that runs the parallel ``convs`` (rows of
+    ``feats``, one split's parts): their ops, inputs, outputs and weights summed, their
+    channels joined, one group each; a depthwise conv where each group reads one channel."""
+    row = feats[convs[0]].copy()
+    for column in (_OPS, _IN, _OUT, _W, _C, _F, _GROUPS):
+        row[column] = feats[convs, column].sum()
+    return ("depthwise_conv" if row[_GROUPS] == row[_C] else "conv"), row
+
+
 def _map(graph: LayerGraph, rules: tuple[FusionRule, ...], folded: frozenset[str], feats: np.ndarray,
-         merge_elementwise: bool = False, post_op_inputs: bool = True) -> KernelTable:
+         merge_elementwise: bool = False, post_op_inputs: bool = True,
+         grouped: dict[str, tuple[str, tuple[str, ...]]] | None = None) -> KernelTable:
+    """The kernel table (see the module doc); ``grouped``: concat -> (split, convs) that
+    run as one grouped conv, a kernel listing the first conv, the split, the other convs
+    and the concat, which later layers fuse into as into a conv."""
     by_pair: dict[tuple[str, str], list[FusionRule]] = {}
     for rule in rules:
         by_pair.setdefault((rule.primary, rule.secondary), []).append(rule)
@@ -232,12 +253,27 @@ def _map(graph: LayerGraph, rules: tuple[FusionRule, ...], folded: frozenset[str
     source, children = graph.see_through(folded)
     returned = frozenset(source.get(name, name) for name in graph.outputs or ())
 
+    grouped = grouped or {}
+    joined = {name for split, convs in grouped.values() for name in (split, *convs)}   # run by their concat's kernel
     kernel_of: dict[str, int] = {}
     kinds: list[str] = []
     members: list[list[int]] = []
     fusion: list[str] = []
     rows: list[np.ndarray] = []
     for i, layer in enumerate(graph.layers):
+        if layer.name in joined:
+            continue
+        if layer.name in grouped:
+            split, convs = grouped[layer.name]
+            ids = [graph.index[c] for c in convs]
+            kind, row = _grouped_conv_row(feats, ids)
+            for name in (split, *convs, layer.name):
+                kernel_of[name] = len(kinds)
+            kinds.append(kind)
+            members.append([ids[0], graph.index[split], *ids[1:], i])
+            fusion.append("fused")
+            rows.append(row)
+            continue
         target = None
         if layer.kind in secondaries and not layer.free and layer.name not in folded:
             candidates = []
@@ -279,10 +315,12 @@ def _map(graph: LayerGraph, rules: tuple[FusionRule, ...], folded: frozenset[str
         members, kinds, fusion, rows = _merge_elementwise(graph, children, source, returned, folded, feats,
                                                           kernel_of, members, kinds, fusion, rows)
     names = [graph.layers[m[0]].name for m in members]
+    grouping = {graph.index[name] for split, convs in grouped.values() for name in (split, *convs)}
     free = np.array([len(m) == 1 and (graph.layers[m[0]].free or graph.layers[m[0]].name in folded)
                      for m in members], dtype=bool)
     omitted = None if post_op_inputs else np.array(
-        [0.0 if kind == ELEMENTWISE_SUBGRAPH else sum(_post_op_reads(feats, before, i) for before, i in zip(m, m[1:]))
+        [0.0 if kind == ELEMENTWISE_SUBGRAPH else sum(_post_op_reads(feats, before, i) for before, i in zip(m, m[1:])
+                                                      if before not in grouping)
          for m, kind in zip(members, kinds)])
     return KernelTable(
         names=names, kinds=kinds,

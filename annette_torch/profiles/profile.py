@@ -36,6 +36,9 @@ when the profile has tree ensembles, their arrays in a numpy ``.npz`` file besid
       "merges_elementwise": true,               # connected elementwise layers run as one kernel
                                                 # (optional, default false; OpenVINO's Snippets;
                                                 # mapping.kernels)
+      "groups_split_convs": true,               # a split, the same conv on each part and their
+                                                # concat run as one grouped conv (optional, default
+                                                # false; OpenVINO; LayerGraph.split_conv_groups)
       "reorders_outputs": true,                 # returned feature maps are converted from the
                                                 # target's layout to NCHW by a kernel of their own
                                                 # (optional, default false; mapping.kernels)
@@ -169,6 +172,7 @@ class Profile:
     removes_identity_slices: bool = False
     folds_layout_transposes: bool = False
     merges_elementwise: bool = False
+    groups_split_convs: bool = False
     reorders_outputs: bool = False
     training: dict[str, Any] | None = None
     description: str = ""
@@ -227,6 +231,7 @@ class Profile:
             **({"removes_identity_slices": True} if self.removes_identity_slices else {}),
             **({"folds_layout_transposes": True} if self.folds_layout_transposes else {}),
             **({"merges_elementwise": True} if self.merges_elementwise else {}),
+            **({"groups_split_convs": True} if self.groups_split_convs else {}),
             **({"reorders_outputs": True} if self.reorders_outputs else {}),
             **({"training": self.training} if self.training is not None else {}),
             "mapping": [r.to_dict() for r in self.mapping],
@@ -346,6 +351,7 @@ class Profile:
         identity_slices = boolean(data.get("removes_identity_slices", False), "field 'removes_identity_slices'")
         layout_transposes = boolean(data.get("folds_layout_transposes", False), "field 'folds_layout_transposes'")
         merges = boolean(data.get("merges_elementwise", False), "field 'merges_elementwise'")
+        split_convs = boolean(data.get("groups_split_convs", False), "field 'groups_split_convs'")
         reorders = boolean(data.get("reorders_outputs", False), "field 'reorders_outputs'")
         fused_costs = data.get("fused_cost_s_per_elem") or {}
         if not isinstance(fused_costs, dict):
@@ -369,7 +375,7 @@ class Profile:
                    fused_cost_s_per_elem={str(k): v for k, v in fused_costs.items()},
                    optimizes_graph=folds, removes_dead_code=dead, removes_identity_slices=identity_slices,
                    folds_layout_transposes=layout_transposes,
-                   merges_elementwise=merges, reorders_outputs=reorders, training=training, description=data.get("description") or "",
+                   merges_elementwise=merges, groups_split_convs=split_convs, reorders_outputs=reorders, training=training, description=data.get("description") or "",
                    fit_metrics=dict(data.get("fit_metrics") or {}), notes=list(data.get("notes") or []),
                    source=source, adaptation=adaptation, correction=correction, counting=counting, ranges=ranges)
 
