@@ -5,6 +5,7 @@ import json
 import os
 import signal
 import subprocess
+import tempfile
 import sys
 import time
 from pathlib import Path
@@ -267,6 +268,54 @@ def test_matcher_gives_a_kernel_the_runtime_renamed_to_the_layers_of_its_kind():
     two = kernels[:2] + [kernel("VariadicSplit_8", [], kind="VariadicSplit")] + kernels[2:]
     rows = {row["layer"]: row for row in match_kernels(graph, two)}   # which one is whose: not guessed
     assert rows["getitem"]["status"] == "fused" and rows["getitem"]["fused_into"] == "conv"
+
+
+class FunctionalSE(torch.nn.Module):
+    """A conv, then squeeze-and-excitation written as timm writes it: the spatial mean, the
+    ReLU, the sigmoid and the gating multiply are functional calls of one module path."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(8, 8, 1)
+        self.fc1, self.fc2 = torch.nn.Conv2d(8, 4, 1), torch.nn.Conv2d(4, 8, 1)
+
+    def forward(self, x):
+        y = self.conv(x)
+        return y * torch.sigmoid(self.fc2(torch.relu(self.fc1(y.mean((2, 3), keepdim=True)))))
+
+
+def test_matcher_tells_apart_the_layers_of_one_module_path_by_their_onnx_nodes():
+    """A kernel naming the ``ReduceMean`` node of a path where a mean and a multiply live
+    is the mean's, not the module output's; without node names it goes to the module's
+    last layer, as before."""
+    graph = at.trace(FunctionalSE(), input_shape=(1, 8, 6, 6))
+    mean, mul = (next(layer.name for layer in graph if layer.kind == kind) for kind in ("reduce", "mul"))
+    assert graph[mean].module_path == graph[mul].module_path == ""
+    kernels = [kernel("conv", ["conv"]), KernelRecord("ReduceMean", "ReduceMean", "jit", "EXECUTED", (0.5,) * 3, ("",),
+                                                      (("", "ReduceMean", 0, 1),)),
+               kernel("fc1", ["fc1"]), kernel("fc2", ["fc2"]),
+               KernelRecord("Multiply", "Eltwise", "jit", "EXECUTED", (0.2,) * 3, ("",), (("", "Sigmoid", 0, 1),
+                                                                                          ("", "Mul", 0, 1)))]
+    rows = {row["layer"]: row for row in match_kernels(graph, kernels)}
+    assert (rows[mean]["status"], rows[mean]["time_ms"]) == ("executed", 0.5)
+    sigmoid = next(layer.name for layer in graph if layer.kind == "sigmoid")
+    assert rows[sigmoid]["time_ms"] == pytest.approx(0.2) and rows[mul]["fused_into"] == sigmoid
+    unnamed = [KernelRecord(k.name, k.kernel_type, k.exec_type, k.status, k.runs_ms, k.layers) for k in kernels]
+    rows = {row["layer"]: row for row in match_kernels(graph, unnamed)}
+    assert rows[mean]["status"] != "executed" and rows[mul]["time_ms"] == pytest.approx(0.7)
+
+
+def test_a_real_export_names_each_node_by_path_op_type_and_place():
+    import onnx
+
+    from annette_torch.backends.base import export_onnx, onnx_node_places, onnx_scopes
+
+    path = export_onnx(FunctionalSE().eval(), (1, 8, 6, 6), Path(tempfile.mkdtemp()) / "se.onnx")
+    graph = onnx.load(str(path)).graph
+    places = onnx_node_places(graph, onnx_scopes(graph))
+    by_type = {place[1]: place for name, place in places.items() if name in {n.name for n in graph.node}}
+    assert by_type["ReduceMean"] == ("", "ReduceMean", 0, 1) and by_type["Mul"] == ("", "Mul", 0, 1)
+    assert by_type["Conv"][0] in ("conv", "fc1", "fc2")
 
 
 def test_matcher_sums_a_layer_split_over_kernels_run_by_run():

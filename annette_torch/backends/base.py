@@ -174,7 +174,10 @@ class KernelRecord:
     ``brgconv_avx512_f32``). ``status``: ``EXECUTED``, ``NOT_RUN`` or ``OPTIMIZED_OUT``.
     ``runs_ms``: its time in each timed inference. ``layers``: module paths of the
     original layers whose computation it holds, as the runtime names them (empty for
-    kernels the runtime inserted itself, such as layout reorders).
+    kernels the runtime inserted itself, such as layout reorders). ``nodes``, where the
+    export is known: per original ONNX node, (its module path, op type, its place among the
+    nodes of that type and path, their number), which tells apart the layers of one module
+    path (a squeeze-excite's functional ``x.mean`` and ``x * gate``).
     """
 
     name: str
@@ -183,6 +186,7 @@ class KernelRecord:
     status: str
     runs_ms: tuple[float, ...]
     layers: tuple[str, ...]
+    nodes: tuple[tuple[str, str, int, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -233,9 +237,28 @@ def onnx_scopes(graph: Any, module_paths: Collection[str] = ()) -> dict[str, str
     return scope
 
 
-def _scope_of(name: str, scope: dict[str, str]) -> str:
-    """Module path of a runtime's original-node name: an ONNX node or tensor name, or one
-    the runtime derived from it by appending ``/suffix`` (``/conv/Conv/WithoutBiases``)."""
+def onnx_node_places(graph: Any, scope: dict[str, str]) -> dict[str, tuple[str, str, int, int]]:
+    """(module path, op type, place among the nodes of that path and type, their number) of
+    every node name and output tensor name of an exported ONNX graph, ``scope`` being its
+    :func:`onnx_scopes`: the export writes a module's nodes in the order its forward ran."""
+    count: dict[tuple[str, str], int] = {}
+    placed = []
+    for node in graph.node:
+        key = (scope.get(node.name, ""), node.op_type)
+        placed.append((node, *key, count.get(key, 0)))
+        count[key] = count.get(key, 0) + 1
+    places: dict[str, tuple[str, str, int, int]] = {}
+    for node, path, op_type, place in placed:
+        places[node.name] = (path, op_type, place, count[(path, op_type)])
+        for output in node.output:
+            places.setdefault(output, places[node.name])
+    return places
+
+
+def _scope_of(name: str, scope: dict[str, Any]) -> Any:
+    """What ``scope`` holds for a runtime's original-node name (its module path, or its
+    :func:`onnx_node_places` entry): an ONNX node or tensor name, or one the runtime derived
+    from it by appending ``/suffix`` (``/conv/Conv/WithoutBiases``); ``""`` if none."""
     while name:
         if name in scope:
             return scope[name]
@@ -394,11 +417,14 @@ class OnnxBackend(Backend):
                 export_onnx(model, input_shape, path)
                 graph = onnx.load(str(path), load_external_data=False).graph
             scope = onnx_scopes(graph, {name for name, _ in model.named_modules()})
+            places = onnx_node_places(graph, scope)
             with self.step("run"):
                 kernels = self.profile_onnx(path, random_inputs(input_shape), warmup, repeats)
             known = set(layer_paths)
             kernels = [KernelRecord(k.name, k.kernel_type, k.exec_type, k.status, k.runs_ms,
-                                    tuple(dict.fromkeys(s for n in k.layers if (s := _scope_of(n, scope)) in known)))
+                                    tuple(dict.fromkeys(s for n in k.layers if (s := _scope_of(n, scope)) in known)),
+                                    tuple(dict.fromkeys(p for n in k.layers if (p := _scope_of(n, places))
+                                                        and p[0] in known)))
                        for k in kernels]
             latency = self.measure_onnx(path, input_shape, warmup, repeats)
         return Profiled(kernels, latency)

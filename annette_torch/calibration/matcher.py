@@ -15,7 +15,10 @@ and for each edge layer → successor the paper's fusion state: ``fused`` when b
 in the same kernel, ``possibly-fused`` when they do but the successor has several
 inputs (a residual add could have merged into either producer), ``not-fused`` otherwise.
 When several layers share a module path (functional calls inside one module), a kernel
-naming that path goes to the last of them, the module's output.
+computes those its ONNX nodes name by op type and place (:attr:`KernelRecord.nodes`: the
+second ``Mul`` of the path is the second layer there whose kind exports as ``Mul``: a
+squeeze-excite's ``x.mean`` and ``x * gate``), and otherwise the last of them, the module's
+output.
 Executed kernels that compute no original layer (layout reorders the runtime inserted)
 are kept as rows with an empty ``layer``, so the sum of rows still covers the network;
 except where a runtime renamed what it computes: a nameless kernel whose type computes
@@ -34,7 +37,7 @@ import numpy as np
 
 from ..backends.base import KernelRecord
 from ..graph.layer_graph import LayerGraph
-from ..kinds import FEATURES
+from ..kinds import FEATURES, KINDS
 from ..measure.protocol import spread_of, statistic_ms
 
 
@@ -49,19 +52,43 @@ def _summary(runs: np.ndarray, statistic: str) -> tuple[float, float]:
     return statistic_ms(runs, statistic), spread_of(runs)
 
 
+def _computed_layers(graph: LayerGraph, kernel: KernelRecord, at_path: dict[str, list[str]]) -> set[str]:
+    """The layers ``kernel`` computes: the layer of each module path it names; of a path
+    several layers share, those its nodes name (the n-th node of an op type at the path is
+    the n-th layer there, not free, whose kind exports as that type, where their numbers
+    agree), else the path's last layer."""
+    names: set[str] = set()
+    for path in kernel.layers:
+        layers = at_path.get(path)
+        if not layers:
+            continue
+        picked = []
+        if len(layers) > 1:
+            for node_path, op_type, place, count in kernel.nodes:
+                if node_path == path:
+                    claiming = [name for name in layers if not graph[name].free
+                                and op_type in getattr(KINDS.get(graph[name].kind), "onnx_ops", ())]
+                    if len(claiming) == count:
+                        picked.append(claiming[place])
+        names.update(picked or layers[-1:])
+    return names
+
+
 def match_kernels(graph: LayerGraph, kernels: list[KernelRecord], statistic: str = "median") -> list[dict[str, Any]]:
     """One row per layer of ``graph`` (in execution order), then one per executed kernel
     that computes no layer; see the module docstring for the columns' meaning. A row's
     ``time_ms`` is ``statistic`` (:data:`~annette_torch.measure.protocol.STATISTICS`) of its
     runs, ``spread`` their (p90 - p10) / median."""
-    layer_of_path = {layer.module_path: layer.name for layer in graph.layers}   # last layer per path wins
+    at_path: dict[str, list[str]] = {}
+    for layer in graph.layers:
+        at_path.setdefault(layer.module_path, []).append(layer.name)
     executed = [k for k in kernels if k.status == "EXECUTED"]
     runs = max((len(k.runs_ms) for k in executed), default=0)
 
     primary_kernels: dict[str, list[KernelRecord]] = {}
     group: dict[str, str] = {}          # layer -> primary layer of the kernel computing it
     orphans: list[KernelRecord] = []
-    computed = [(kernel, sorted({layer_of_path[p] for p in kernel.layers if p in layer_of_path}, key=graph.index.get))
+    computed = [(kernel, sorted(_computed_layers(graph, kernel, at_path), key=graph.index.get))
                 for kernel in executed]                                  # each kernel's layers, primary first
     for kernel, names in computed:
         if not names:
