@@ -305,6 +305,37 @@ def test_matcher_tells_apart_the_layers_of_one_module_path_by_their_onnx_nodes()
     assert rows[mean]["status"] != "executed" and rows[mul]["time_ms"] == pytest.approx(0.7)
 
 
+class FunctionalAttention(torch.nn.Module):
+    """timm's ``Attention``: the head split, the fused attention and the merge are
+    functional calls of one module path."""
+
+    def __init__(self, dim: int = 32, heads: int = 4) -> None:
+        super().__init__()
+        self.heads = heads
+        self.qkv, self.proj = torch.nn.Linear(dim, 3 * dim), torch.nn.Linear(dim, dim)
+
+    def forward(self, x):
+        b, n, c = x.shape
+        q, k, v = self.qkv(x).reshape(b, n, 3, self.heads, c // self.heads).permute(2, 0, 3, 1, 4).unbind(0)
+        y = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+        return self.proj(y.transpose(1, 2).reshape(b, n, c))
+
+
+def test_matcher_ties_an_exported_attentions_matmuls_to_the_attention_layer():
+    """The export writes a fused attention as MatMuls, a Softmax, Muls and a Transpose of
+    k; the attention is the only layer of its path to export MatMul and Softmax, and the
+    path's Transposes are the permute's, the attention's and the merge's, in that order."""
+    graph = at.trace(FunctionalAttention(), input_shape=(1, 10, 32))
+    attention = next(layer.name for layer in graph if layer.kind == "attention")
+    permutes = [layer.name for layer in graph if layer.kind == "permute"]
+    mha = KernelRecord("MHA", "Subgraph", "jit", "EXECUTED", (0.4,) * 3, ("",),
+                       (("", "Transpose", 1, 3), ("", "MatMul", 0, 2), ("", "Softmax", 0, 1), ("", "MatMul", 1, 2)))
+    merge = KernelRecord("Transpose", "Transpose", "ref", "EXECUTED", (0.1,) * 3, ("",), (("", "Transpose", 2, 3),))
+    rows = {row["layer"]: row for row in match_kernels(graph, [kernel("qkv", ["qkv"]), mha, merge,
+                                                               kernel("proj", ["proj"])])}
+    assert rows[attention]["time_ms"] == pytest.approx(0.4) and rows[permutes[-1]]["time_ms"] == pytest.approx(0.1)
+
+
 def test_a_real_export_names_each_node_by_path_op_type_and_place():
     import onnx
 

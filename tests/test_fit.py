@@ -17,7 +17,7 @@ from annette_torch.estimator import Estimator
 from annette_torch.fit import MODEL_TYPES, fit_profile, format_report, learn_rules
 from annette_torch.fit.generate import STATISTICAL_NOTE
 from annette_torch.fit.mapping import decide_pair
-from annette_torch.fit.table import StoreData, load_store
+from annette_torch.fit.table import StoreData, kernel_table, load_store
 from annette_torch.fit.unroll import fit_refined_roofline
 from annette_torch.kinds import FEATURES
 from annette_torch.layer_models import RefinedRoofline
@@ -109,6 +109,19 @@ def synthetic_store(windows_fused=(2,)) -> StoreData:
                            "spread": 0.01})
     frame = pd.DataFrame(networks).set_index("benchmark", drop=False)
     return StoreData({"backend": "synthetic"}, frame, pd.DataFrame(layers), graphs)
+
+
+def test_a_product_layer_whose_runtime_kernels_only_move_data_is_not_fitted_on():
+    """OpenVINO ran a causal attention's products in a Subgraph named after the query's
+    transpose, leaving the attention layer a 0.09 ms Transpose of 4 ms: a conv, matmul or
+    attention whose kernels are all data movement has no time of its own to fit."""
+    data = synthetic_store()
+    types = ["Transpose" if (layer == "conv" and benchmark in ("b0", "b1")) else "Convolution"
+             for benchmark, layer in zip(data.layers["benchmark"], data.layers["layer"])]
+    data = StoreData(data.fingerprint, data.networks, data.layers.assign(kernel_type=types), data.graphs)
+    table = kernel_table(data, ())
+    convs = table[table["kind"] == "conv"].set_index("benchmark")
+    assert not convs.loc[["b0", "b1"], "measured"].any() and convs.drop(["b0", "b1"])["measured"].all()
 
 
 def test_mapping_learner_finds_a_rule_and_the_condition_under_which_it_holds():

@@ -42,6 +42,10 @@ from ..measure.protocol import spread_of, statistic_ms
 
 
 LAYOUT_KERNELS = frozenset({"Reorder", "ReorderInput", "ReorderOutput"})   # layout changes runtimes insert
+#: kernel types that only move data: a product layer (a conv, an attention) whose kernels are
+#: all of these ran its products inside a kernel given to another layer
+MOVEMENT_KERNELS = LAYOUT_KERNELS | {"Transpose", "Reshape", "Squeeze", "Unsqueeze", "Identity", "Concat",
+                                     "Concatenation", "Split", "VariadicSplit", "Slice", "StridedSlice", "Gather"}
 #: kernel type -> the layer kinds it computes, for kernels a runtime names after itself
 RENAMED_KERNELS = {"VariadicSplit": ("slice", "split"), "Split": ("slice", "split"), "StridedSlice": ("slice",),
                    "Slice": ("slice",), "Gather": ("slice",), "MVN": ("layer_norm",)}
@@ -52,11 +56,17 @@ def _summary(runs: np.ndarray, statistic: str) -> tuple[float, float]:
     return statistic_ms(runs, statistic), spread_of(runs)
 
 
+def _exports(layer, op_type: str) -> bool:
+    """Whether ``torch.onnx.export`` writes ``op_type`` nodes for ``layer`` (not a free one)."""
+    kind = KINDS.get(layer.kind)
+    return kind is not None and not layer.free and (op_type in kind.onnx_ops or op_type in kind.export_ops)
+
+
 def _computed_layers(graph: LayerGraph, kernel: KernelRecord, at_path: dict[str, list[str]]) -> set[str]:
     """The layers ``kernel`` computes: the layer of each module path it names; of a path
-    several layers share, those its nodes name (the n-th node of an op type at the path is
-    the n-th layer there, not free, whose kind exports as that type, where their numbers
-    agree), else the path's last layer."""
+    several layers share, those its nodes name (a node of an op type that one layer there
+    exports; else the n-th such node is the n-th such layer, where their numbers agree),
+    else the path's last layer."""
     names: set[str] = set()
     for path in kernel.layers:
         layers = at_path.get(path)
@@ -66,10 +76,9 @@ def _computed_layers(graph: LayerGraph, kernel: KernelRecord, at_path: dict[str,
         if len(layers) > 1:
             for node_path, op_type, place, count in kernel.nodes:
                 if node_path == path:
-                    claiming = [name for name in layers if not graph[name].free
-                                and op_type in getattr(KINDS.get(graph[name].kind), "onnx_ops", ())]
-                    if len(claiming) == count:
-                        picked.append(claiming[place])
+                    claiming = [name for name in layers if _exports(graph[name], op_type)]
+                    if len(claiming) == 1 or len(claiming) == count:
+                        picked.append(claiming[place if len(claiming) > 1 else 0])
         names.update(picked or layers[-1:])
     return names
 

@@ -8,7 +8,11 @@ graphs that were measured; then :func:`kernel_table` maps each graph with a rule
 joins every kernel with its measured time.
 
 A kernel's measured time is the sum of its layers' ``time_ms`` (the executed primary
-layer carries the time of the layers fused into it). ``agrees`` says whether the rules
+layer carries the time of the layers fused into it); a product layer (conv, matmul,
+attention, ...) whose runtime kernels only move data (:data:`MOVEMENT_KERNELS`) is not
+measured: its products ran in a kernel the runtime named after another layer (OpenVINO's
+causal-attention Subgraph, named after the query's transpose, left the attention layer
+0.09 ms of a 4 ms kernel). ``agrees`` says whether the rules
 grouped the layers as the target did: the kernel's layers are exactly the executed
 primary and the layers the target fused into it. Only agreeing, measured kernels are
 fitted on; a kernel whose layers the target optimized out has no time of its own.
@@ -26,7 +30,8 @@ import pandas as pd
 from ..calibration.generator import build_benchmark
 from ..calibration.sweep import BenchmarkSpec
 from ..graph import LayerGraph, trace
-from ..kinds import FEATURES
+from ..calibration.matcher import MOVEMENT_KERNELS
+from ..kinds import FEATURES, PRODUCT_KINDS
 from ..mapping import OUTPUT_REORDER, Counting, FusionRule, map_kernels
 from .overhead import Gap, scaled_kernel_sums
 
@@ -117,7 +122,7 @@ def kernel_table(data: StoreData, rules: tuple[FusionRule, ...], optimize_graph:
                  merge_elementwise: bool = False, output_reorders: str = "") -> pd.DataFrame:
     """One row per non-free kernel of every benchmark under ``rules``: benchmark, family,
     kernel (primary layer), kind, layers (``+``-joined), time_ms, spread (the primary's),
-    measured (the primary was executed), agrees (see module doc; with ``optimize_graph``
+    measured (the primary was executed, by more than data movement for a product kind), agrees (see module doc; with ``optimize_graph``
     the benchmarks are mapped as :func:`map_kernels` does for a graph compiler, and with
     ``merge_elementwise`` for one that merges elementwise subgraphs), reads_input (the kernel
     reads the network's input, not another kernel's output), fused_kinds (the kinds of its
@@ -135,6 +140,9 @@ def kernel_table(data: StoreData, rules: tuple[FusionRule, ...], optimize_graph:
     time_of = dict(zip(key, named["time_ms"].fillna(0.0)))
     spread_of = dict(zip(key, named["spread"]))
     status_of = dict(zip(key, named["status"]))
+    kernel_types = named["kernel_type"].fillna("") if "kernel_type" in named else [""] * len(named)
+    moves_only = {k for k, kind, types in zip(key, named["kind"], kernel_types)
+                  if kind in PRODUCT_KINDS and types and set(str(types).split(";")) <= MOVEMENT_KERNELS}
     groups = layer_groups(data.layers)
     group_size: dict[tuple[str, str], int] = {}
     for (benchmark, layer), primary in groups.items():
@@ -162,7 +170,8 @@ def kernel_table(data: StoreData, rules: tuple[FusionRule, ...], optimize_graph:
             rows.append((benchmark, family, primary, table.kinds[k], "+".join(members),
                          sum(time_of.get((benchmark, m), 0.0) for m in members),
                          spread_of.get((benchmark, primary), np.nan),
-                         status_of.get((benchmark, primary)) == "executed", agrees,
+                         status_of.get((benchmark, primary)) == "executed" and (benchmark, primary) not in moves_only,
+                         agrees,
                          not graph[primary].parents, "+".join(table.layer_kinds[k][1:])))
             features.append(table.features[k])
     frame = pd.DataFrame(rows, columns=["benchmark", "family", "kernel", "kind", "layers", "time_ms", "spread",
