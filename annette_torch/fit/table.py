@@ -28,9 +28,9 @@ import numpy as np
 import pandas as pd
 
 from ..calibration.generator import build_benchmark
+from ..calibration.matcher import MOVEMENT_KERNELS
 from ..calibration.sweep import BenchmarkSpec
 from ..graph import LayerGraph, trace
-from ..calibration.matcher import MOVEMENT_KERNELS
 from ..kinds import FEATURES, PRODUCT_KINDS
 from ..mapping import OUTPUT_REORDER, Counting, FusionRule, map_kernels
 from .overhead import Gap, scaled_kernel_sums
@@ -122,9 +122,10 @@ def kernel_table(data: StoreData, rules: tuple[FusionRule, ...], optimize_graph:
                  merge_elementwise: bool = False, output_reorders: str = "") -> pd.DataFrame:
     """One row per non-free kernel of every benchmark under ``rules``: benchmark, family,
     kernel (primary layer), kind, layers (``+``-joined), time_ms, spread (the primary's),
-    measured (the primary was executed, by more than data movement for a product kind), agrees (see module doc; with ``optimize_graph``
-    the benchmarks are mapped as :func:`map_kernels` does for a graph compiler, and with
-    ``merge_elementwise`` for one that merges elementwise subgraphs), reads_input (the kernel
+    measured (the primary was executed, by more than data movement for a product kind),
+    agrees (see module doc; with ``optimize_graph`` the benchmarks are mapped as
+    :func:`map_kernels` does for a graph compiler, and with ``merge_elementwise`` for one
+    that merges elementwise subgraphs), reads_input (the kernel
     reads the network's input, not another kernel's output), fused_kinds (the kinds of its
     layers after the primary, ``+``-joined), then :data:`FEATURES` (counted as ``counting``
     says, default annette_torch's counts). Per benchmark, the rows are its

@@ -22,8 +22,8 @@ class ScaledDotProductAttention(LayerKind):
     name = "attention"
     ops = ("scaled_dot_product_attention",)
     onnx_ops = ("Attention",)
-    # the TorchScript export's decomposition (opset 17): the scale as Sqrt/Div of the shape,
-    # q and k scaled by its root (Mul), k transposed, two MatMuls and a Softmax
+    # the TorchScript export's decomposition (opset 20 has no attention op): the scale as
+    # Sqrt/Div of the shape, q and k scaled by its root (Mul), k transposed, two MatMuls, a Softmax
     export_ops = ("MatMul", "Softmax", "Mul", "Div", "Sqrt", "Transpose", "Add", "Where")
 
     def count_ops(self, attrs, in_shapes, out_shapes):
