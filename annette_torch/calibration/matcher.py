@@ -16,9 +16,10 @@ in the same kernel, ``possibly-fused`` when they do but the successor has severa
 inputs (a residual add could have merged into either producer), ``not-fused`` otherwise.
 When several layers share a module path (functional calls inside one module), a kernel
 computes those its ONNX nodes name by op type and place (:attr:`KernelRecord.nodes`: the
-second ``Mul`` of the path is the second layer there whose kind exports as ``Mul``: a
-squeeze-excite's ``x.mean`` and ``x * gate``), and otherwise the last of them, the module's
-output.
+second ``Mul`` of the path is the layer that exported the path's second ``Mul``, each
+layer exporting its kind's ``onnx_ops`` once and its ``export_ops`` as often as they say:
+a squeeze-excite's ``x.mean`` and ``x * gate``, an attention's two MatMuls), and otherwise
+the last of them, the module's output.
 Executed kernels that compute no original layer (layout reorders the runtime inserted)
 are kept as rows with an empty ``layer``, so the sum of rows still covers the network;
 except where a runtime renamed what it computes: a nameless kernel whose type computes
@@ -36,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from ..backends.base import KernelRecord
-from ..graph.layer_graph import LayerGraph
+from ..graph.layer_graph import Layer, LayerGraph
 from ..kinds import FEATURES, KINDS
 from ..measure.protocol import spread_of, statistic_ms
 
@@ -56,17 +57,20 @@ def _summary(runs: np.ndarray, statistic: str) -> tuple[float, float]:
     return statistic_ms(runs, statistic), spread_of(runs)
 
 
-def _exports(layer, op_type: str) -> bool:
-    """Whether ``torch.onnx.export`` writes ``op_type`` nodes for ``layer`` (not a free one)."""
+def _exported_nodes(layer: Layer, op_type: str) -> int:
+    """How many ``op_type`` nodes ``torch.onnx.export`` writes for ``layer`` (0 for a free one)."""
     kind = KINDS.get(layer.kind)
-    return kind is not None and not layer.free and (op_type in kind.onnx_ops or op_type in kind.export_ops)
+    if kind is None or layer.free:
+        return 0
+    return 1 if op_type in kind.onnx_ops else kind.export_ops.get(op_type, 0)
 
 
 def _computed_layers(graph: LayerGraph, kernel: KernelRecord, at_path: dict[str, list[str]]) -> set[str]:
     """The layers ``kernel`` computes: the layer of each module path it names; of a path
-    several layers share, those its nodes name (a node of an op type that one layer there
-    exports; else the n-th such node is the n-th such layer, where their numbers agree),
-    else the path's last layer."""
+    several layers share, those its nodes name (the n-th node of an op type at the path is
+    the layer that exported it, counting each layer's nodes of that type in order, where
+    the path's layers account for all of them: a shape computation's own Concat or Mul
+    nodes leave their type unattributed), else the path's last layer."""
     names: set[str] = set()
     for path in kernel.layers:
         layers = at_path.get(path)
@@ -76,9 +80,9 @@ def _computed_layers(graph: LayerGraph, kernel: KernelRecord, at_path: dict[str,
         if len(layers) > 1:
             for node_path, op_type, place, count in kernel.nodes:
                 if node_path == path:
-                    claiming = [name for name in layers if _exports(graph[name], op_type)]
-                    if len(claiming) == 1 or len(claiming) == count:
-                        picked.append(claiming[place if len(claiming) > 1 else 0])
+                    exporters = [name for name in layers for _ in range(_exported_nodes(graph[name], op_type))]
+                    if len(exporters) == count:
+                        picked.append(exporters[place])
         names.update(picked or layers[-1:])
     return names
 

@@ -64,7 +64,7 @@ class SiLU(_Activation):
     modules = (nn.SiLU,)
     ops = ("silu",)
     onnx_ops = ("Swish",)
-    export_ops = ("Sigmoid", "Mul")     # the export's x * sigmoid(x) (opset 20)
+    export_ops = {"Sigmoid": 1, "Mul": 1}     # the export's x * sigmoid(x) (opset 20)
     ops_per_element = 4.0
 
 

@@ -9,8 +9,9 @@ siblings in this package. A kind declares
   ``Tensor.add_`` are all ``"add"``),
 * ``onnx_ops``: ONNX operator types that are this kind (used by the ONNX importer),
 * ``export_ops``: further ONNX operator types ``torch.onnx.export`` writes for one layer
-  of this kind (a decomposition: scaled-dot-product attention as MatMul, Softmax, ...),
-  which tie a runtime's kernels to the layer but import as kinds of their own,
+  of this kind, with how many nodes of each (a decomposition: scaled-dot-product attention
+  as two MatMuls, a Softmax, ...), which tie a runtime's kernels to the layer but import as
+  kinds of their own,
 * ``attrs_from_module`` / ``attrs_from_call``: the layer's attributes (kernel, stride, ...),
 * ``count``: operations (2 per multiply-accumulate) and the dimensions the layer
   models need (``h``, ``w``, ``c``, ``f``, ``kh``, ``kw``, ``stride``, ``groups``).
@@ -75,7 +76,7 @@ class LayerKind:
     modules: ClassVar[tuple[type, ...]] = ()
     ops: ClassVar[tuple[str, ...]] = ()
     onnx_ops: ClassVar[tuple[str, ...]] = ()
-    export_ops: ClassVar[tuple[str, ...]] = ()
+    export_ops: ClassVar[dict[str, int]] = {}
     #: endings of other libraries' class names for this layer (see :meth:`claims`)
     module_names: ClassVar[tuple[str, ...]] = ()
     #: A free layer costs nothing at run time (identity, dropout, views).
