@@ -151,7 +151,7 @@ class LayerGraph:
         the network returns."""
         if "layout_transposes" not in self._cache:
             to_channels_first = {layer.name for layer in self.layers if self._moves_last_axis_to_1(layer)
-                                 and (consumers := self._consumers_through_views(layer.name))
+                                 and (consumers := self._consumers_through(layer.name, self._is_view))
                                  and all(self[c].kind in CONV_KINDS for c in consumers)}
             from_conv = set()
             for layer in self.layers:
@@ -159,9 +159,9 @@ class LayerGraph:
                 if (layer.kind == "permute" and len(shapes) == 3 and shapes[1] != shapes[2] and len(layer.parents) == 1
                         and layer.output_shapes == ((shapes[0], shapes[2], shapes[1]),)
                         and len(self.children[layer.name]) == 1):
-                    conv = self._producer_through_views(layer.parents[0])
+                    conv = self._producer_through(layer.parents[0], self._is_view)
                     if (conv.kind in CONV_KINDS and conv.parents
-                            and self._producer_through_views(conv.parents[0]).name in to_channels_first):
+                            and self._producer_through(conv.parents[0], self._is_view).name in to_channels_first):
                         from_conv.add(layer.name)
             self._cache["layout_transposes"] = frozenset(to_channels_first | from_conv)
         return self._cache["layout_transposes"]
@@ -183,11 +183,11 @@ class LayerGraph:
             for layer in self.layers:
                 if layer.kind != "concat" or layer.attrs.get("dim") not in (1, -len(layer.output_shapes[0]) + 1):
                     continue
-                convs = [self._producer_through_passing(p) for p in layer.parents]
+                convs = [self._producer_through(p, self._passes) for p in layer.parents]
                 if len(convs) < 2 or any(c.kind != "conv" or c.attrs.get("groups") != 1 or c.attrs.get("bias")
                                          or len(c.parents) != 1 or c.name in returned for c in convs):
                     continue
-                split = self._producer_through_passing(convs[0].parents[0])
+                split = self._producer_through(convs[0].parents[0], self._passes)
                 if split.kind != "split" or split.name in returned or len(split.output_shapes) != len(convs):
                     continue
                 shape = split.input_shapes[0] if len(split.input_shapes) == 1 else ()
@@ -199,32 +199,17 @@ class LayerGraph:
                          c.attrs.get("padding"), c.attrs.get("dilation")) for c in convs}
                 names = [c.name for c in convs]
                 if len(keys) == 1 and len(set(names)) == len(names) \
-                        and all(self._producer_through_passing(c.parents[0]).name == split.name for c in convs) \
-                        and all(self._consumers_through_passing(c.name) == [layer.name] for c in convs) \
-                        and sorted(self._consumers_through_passing(split.name)) == sorted(names):
+                        and all(self._producer_through(c.parents[0], self._passes).name == split.name for c in convs) \
+                        and all(self._consumers_through(c.name, self._passes) == [layer.name] for c in convs) \
+                        and sorted(self._consumers_through(split.name, self._passes)) == sorted(names):
                     groups[layer.name] = (split.name, tuple(names))
             self._cache["split_conv_groups"] = groups
         return self._cache["split_conv_groups"]
 
     def _passes(self, layer: Layer) -> bool:
-        return (layer.kind in PASS_THROUGH or layer.name in self.export_dropped) and len(layer.parents) == 1
-
-    def _producer_through_passing(self, name: str) -> Layer:
-        """The layer whose output ``name`` is, through pass-through layers and dropped copies."""
-        layer = self[name]
-        while self._passes(layer):
-            layer = self[layer.parents[0]]
-        return layer
-
-    def _consumers_through_passing(self, name: str) -> list[str]:
-        """The layers reading ``name``'s output directly or through pass-through layers and
-        dropped copies (one entry per reading layer; a returned pass-through layer is one)."""
-        returned = set(self.outputs or ())
-        found = []
-        for child in dict.fromkeys(self.children[name]):
-            passes = self._passes(self[child]) and child not in returned
-            found += self._consumers_through_passing(child) if passes else [child]
-        return found
+        """Whether ``layer`` hands its one input on to an exported graph unchanged (a pass-through
+        layer or a copy the export drops; reshapes, unlike :meth:`_is_view`, are nodes)."""
+        return layer.kind in PASS_THROUGH or layer.name in self.export_dropped
 
     def _moves_last_axis_to_1(self, layer: Layer) -> bool:
         """Whether ``layer`` is a transpose of one tensor (rank 3 or more) to (N, last axis, the rest)."""
@@ -237,19 +222,19 @@ class LayerGraph:
     def _is_view(self, layer: Layer) -> bool:
         return layer.kind == "reshape" or layer.kind in PASS_THROUGH or layer.name in self.export_dropped
 
-    def _consumers_through_views(self, name: str) -> list[str]:
-        """The layers reading ``name``'s output directly or through reshapes, pass-through
-        layers and dropped copies, and any of those the network returns (a returned tensor
-        is written out in its own layout)."""
+    def _consumers_through(self, name: str, skips) -> list[str]:
+        """The layers reading ``name``'s output directly or through layers ``skips`` holds
+        (:meth:`_is_view`: reshapes, pass-through layers and dropped copies), and any of
+        those the network returns (a returned tensor is written out in its own layout)."""
         found = [name] if name in (self.outputs or ()) else []
         for child in self.children[name]:
-            found += self._consumers_through_views(child) if self._is_view(self[child]) else [child]
+            found += self._consumers_through(child, skips) if skips(self[child]) else [child]
         return found
 
-    def _producer_through_views(self, name: str) -> Layer:
-        """The layer whose output ``name`` is, through reshapes, pass-through layers and dropped copies."""
+    def _producer_through(self, name: str, skips) -> Layer:
+        """The layer whose output ``name`` is, through one-input layers ``skips`` holds."""
         layer = self[name]
-        while self._is_view(layer) and len(layer.parents) == 1:
+        while skips(layer) and len(layer.parents) == 1:
             layer = self[layer.parents[0]]
         return layer
 

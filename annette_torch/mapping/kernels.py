@@ -315,7 +315,7 @@ def _map(graph: LayerGraph, rules: tuple[FusionRule, ...], folded: frozenset[str
         members, kinds, fusion, rows = _merge_elementwise(graph, children, source, returned, folded, feats,
                                                           kernel_of, members, kinds, fusion, rows)
     names = [graph.layers[m[0]].name for m in members]
-    grouping = {graph.index[name] for split, convs in grouped.values() for name in (split, *convs)}
+    grouping = {graph.index[name] for name in joined}      # the grouped convs' own layers, no post-ops
     free = np.array([len(m) == 1 and (graph.layers[m[0]].free or graph.layers[m[0]].name in folded)
                      for m in members], dtype=bool)
     omitted = None if post_op_inputs else np.array(
