@@ -421,11 +421,11 @@ class OnnxBackend(Backend):
             with self.step("run"):
                 kernels = self.profile_onnx(path, random_inputs(input_shape), warmup, repeats)
             known = set(layer_paths)
+            nodes = [tuple(dict.fromkeys(p for n in k.layers if (p := _scope_of(n, places)) and p[0] in known))
+                     for k in kernels]
             kernels = [KernelRecord(k.name, k.kernel_type, k.exec_type, k.status, k.runs_ms,
-                                    tuple(dict.fromkeys(s for n in k.layers if (s := _scope_of(n, scope)) in known)),
-                                    tuple(dict.fromkeys(p for n in k.layers if (p := _scope_of(n, places))
-                                                        and p[0] in known)))
-                       for k in kernels]
+                                    tuple(dict.fromkeys(path for path, *_ in named)), named)
+                       for k, named in zip(kernels, nodes)]
             latency = self.measure_onnx(path, input_shape, warmup, repeats)
         return Profiled(kernels, latency)
 

@@ -22,6 +22,7 @@ from annette_torch import Estimator  # noqa: E402
 from annette_torch.backends import KernelRecord, get_backend  # noqa: E402
 from annette_torch.calibration.in_context import tie_kernels  # noqa: E402
 from annette_torch.calibration.matcher import match_kernels  # noqa: E402
+from annette_torch.measure.protocol import statistic_ms  # noqa: E402
 from annette_torch.models_source import resolve_model, trace_model  # noqa: E402
 
 
@@ -38,7 +39,7 @@ def main() -> None:
         times = estimator.kernel_times(graph)
         plain = [KernelRecord(k.name, k.kernel_type, k.exec_type, k.status, k.runs_ms, k.layers)
                  for k in profiled.kernels]
-        print(f"\n{spec}: profiled kernels {sum(sorted(k.runs_ms)[len(k.runs_ms) // 2] for k in profiled.kernels if k.status == 'EXECUTED'):.3f} ms, estimate {times.time_ms.sum():.3f} ms")
+        print(f"\n{spec}: profiled kernels {sum(statistic_ms(k.runs_ms, 'median') for k in profiled.kernels if k.status == 'EXECUTED'):.3f} ms, estimate {times.time_ms.sum():.3f} ms")
         sums: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
         untied = []
         for column, kernels in ((0, plain), (1, profiled.kernels)):
