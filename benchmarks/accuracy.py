@@ -44,6 +44,9 @@ in the per-network table) and are left out of their own set and ``all``.
 Variants: ``flops`` (time = scale * ops, one scale fitted in-sample as the geometric
 mean of measured/ops, so it is optimistic) and each layer-model type of the profile
 with (``+map``) and without (``-map``) the mapping model.
+``--summary LABEL`` prints one line instead of the report, for comparing profiles or
+ground truths in a script: the label, the main variant's MAPE per set and over all, the
+share of all within ±10 %, and the errors of the networks ``--show`` names.
 """
 from __future__ import annotations
 
@@ -519,6 +522,17 @@ def print_report(summary: dict, source: Path, measured: pd.DataFrame, sessions: 
         print(f"trace failed: {failure}")
 
 
+def summary_line(summary: dict, label: str, show: list[str] = ()) -> str:
+    """``label``, the main variant's MAPE (%) per set of ``summary`` (:func:`evaluate`) and
+    over all, the share of all within ±10 %, then the error (%) of each network in ``show``."""
+    main = main_variant(summary["variants"])
+    cells = [f"{name} {table[main]['mape']:.2f}" for name, table in summary["sets"].items()]
+    errors = {row["network"]: (row[main] / row["measured_ms"] - 1) * 100 for row in summary["rows"]}
+    shown = [f"{name} {errors[name]:+.1f}" if name in errors else f"{name} -" for name in show]
+    return (f"{label}  " + "  ".join(cells) + f"  (±10 %: {summary['sets']['all'][main]['within10']:.0f} %)"
+            + (f"  {', '.join(shown)}" if shown else ""))
+
+
 def main_variant(variants: list[str]) -> str:
     """``mixed+map`` if evaluated, else the last evaluated variant with mapping."""
     mapped = [v for v in variants if v.endswith("+map")]
@@ -601,6 +615,11 @@ def main() -> None:
                                                              "advertise (default: the backend's name)")
     parser.add_argument("--plot", default=None)
     parser.add_argument("--json", default=None)
+    parser.add_argument("--summary", default=None, metavar="LABEL",
+                        help="print one line (LABEL, MAPE per set and over all, share within ±10 %%) "
+                             "instead of the report")
+    parser.add_argument("--show", default="", metavar="NETWORKS",
+                        help="with --summary: comma-separated networks whose errors the line ends with")
     args = parser.parse_args()
     torch.set_num_threads(1)
     nets = networks(args.sets.split(","), args.models.split(",") if args.models else None, args.nb201)
@@ -633,7 +652,10 @@ def main() -> None:
     summary = evaluate(args.profile, nets, measured, statistic=protocol.statistic, measured_kernels=args.measured)
     record = folder_record(source.parent)
     sessions = read_sessions(source.parent, record["since"])
-    print_report(summary, source, measured, sessions, {**record, "statistic": protocol.statistic})
+    if args.summary is not None:
+        print(summary_line(summary, args.summary, [n for n in args.show.split(",") if n]))
+    else:
+        print_report(summary, source, measured, sessions, {**record, "statistic": protocol.statistic})
     if args.json:
         with atomic_path(args.json) as tmp:
             tmp.write_text(json.dumps({"source": str(source), "profile": args.profile,

@@ -12,31 +12,18 @@ before=$(mktemp -d)
 for f in $(git ls-tree --name-only f717505 annette_torch/profiles/builtin/); do
     git show "f717505:$f" > "$before/$(basename "$f")"
 done
-score() {   # label threads profile sets folder
+score() {   # label threads profile sets folder [networks to show]
+    local gt
+    gt=$(dirname "${5#benchmarks/results/}"); [ "$gt" = . ] && gt=results
     python benchmarks/accuracy.py --backend openvino-cpu --threads "$2" --profile "$3" --sets "$4" --ground-truth "$5" \
-        --json "$before/score.json" > /dev/null 2>&1
-    python - "$1" "$5" "$before/score.json" <<'PY'
-import json, statistics, sys
-label, folder, path = sys.argv[1:]
-rows = [r for r in json.load(open(path))["rows"] if not r.get("reference")]
-cells = []
-for name in sorted({r["set"] for r in rows}) + ["all"]:
-    errors = [r["mixed+map"] / r["measured_ms"] - 1 for r in rows if name in ("all", r["set"])]
-    cells.append(f"{name} {100 * statistics.mean(map(abs, errors)):.2f}")
-within = 100 * sum(abs(r["mixed+map"] / r["measured_ms"] - 1) <= 0.1 for r in rows) / len(rows)
-moved = [f"{r['network']} {100 * (r['mixed+map'] / r['measured_ms'] - 1):+.1f} %" for r in rows
-         if r["network"] in ("mobilevit_xxs", "deit_tiny_patch16_224", "mobilevitv2_050")]
-gt = folder.replace('benchmarks/results/', '').split('/')[0]
-print(f"{label:<24}{gt if gt.startswith('rerun') else 'results/' + gt[:16] + '...':<34}" + "  ".join(cells)
-      + f"  (±10 %: {within:.0f} %)  " + ", ".join(moved))
-PY
+        --summary "$(printf '%-26s%-22s' "$1" "$gt")" --show "${6:-}" 2> /dev/null | tail -n 1
 }
 for gt in "$R/$OV" "$R/rerun-2026-12-04/$OV" "$R/rerun-2026-12-05/$OV" "$R/rerun-2026-12-06/$OV" "$R/rerun-2026-12-06-0508/$OV" "$R/rerun-2026-12-06-s28/$OV"; do
-    score "openvino-cpu before" 1 "$before/openvino-cpu.json" zoo,timm,dense,mbv2,nb201 "$gt"
-    score "openvino-cpu after" 1 openvino-cpu zoo,timm,dense,mbv2,nb201 "$gt"
+    score "openvino-cpu before" 1 "$before/openvino-cpu.json" zoo,timm,dense,mbv2,nb201 "$gt" deit_tiny_patch16_224,mobilevit_xxs,mobilevitv2_050
+    score "openvino-cpu after" 1 openvino-cpu zoo,timm,dense,mbv2,nb201 "$gt" deit_tiny_patch16_224,mobilevit_xxs,mobilevitv2_050
 done
 for gt in "$R/$OV2" "$R/rerun-2026-12-06-s29/$OV2"; do
-    score "openvino-cpu-2t before" 2 "$before/openvino-cpu-2t.json" zoo,timm,nb201 "$gt"
-    score "openvino-cpu-2t after" 2 openvino-cpu-2t zoo,timm,nb201 "$gt"
+    score "openvino-cpu-2t before" 2 "$before/openvino-cpu-2t.json" zoo,timm,nb201 "$gt" deit_tiny_patch16_224,mobilevit_xxs,mobilevitv2_050
+    score "openvino-cpu-2t after" 2 openvino-cpu-2t zoo,timm,nb201 "$gt" deit_tiny_patch16_224,mobilevit_xxs,mobilevitv2_050
 done
 rm -rf "$before"
