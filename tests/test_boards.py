@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from annette_torch.backends import BackendError, KernelRecord, get_backend
-from annette_torch.backends.base import onnx_scopes
+from annette_torch.backends.base import onnx_node_places, onnx_scopes
 from annette_torch.backends.ncs2 import (parse_benchmark_report, parse_detailed_counters,
                                          to_module_paths)
 from annette_torch.backends.ncs2 import parse_runner_report as parse_ncs2_report
@@ -385,11 +385,13 @@ def test_ncs2_runner_report_to_matched_layers(tmp_path):
     export_onnx(model, shape, tmp_path / "model.onnx")
     kernels, end_to_end = parse_ncs2_report(fixture("ncs2_result_conv_chain.json"))
     assert end_to_end == [1.212, 1.198, 1.240, 1.205]
-    kernels = to_module_paths(kernels, onnx_scopes(onnx.load(str(tmp_path / "model.onnx")).graph), paths)
+    exported = onnx.load(str(tmp_path / "model.onnx")).graph
+    kernels = to_module_paths(kernels, onnx_node_places(exported, onnx_scopes(exported)), paths)
     assert [(k.name, k.status, k.layers) for k in kernels] == [
         ("Receive-Tensor", "EXECUTED", ()), ("input@FP16", "EXECUTED", ()),
         ("/conv/Conv", "EXECUTED", ("conv", "act")), ("/act/Relu", "OPTIMIZED_OUT", ("act",)),
         ("/act/Relu_output_0@FP32", "EXECUTED", ())]
+    assert kernels[2].nodes == (("conv", "Conv", 0, 1), ("act", "Relu", 0, 1))     # what the matcher ties by
     rows = match_kernels(graph, kernels)
     assert [(r["layer"], r["status"]) for r in rows] == [("conv", "executed"), ("bn", "fused"), ("act", "fused"),
                                                          ("", "executed"), ("", "executed"), ("", "executed")]

@@ -36,8 +36,8 @@ from typing import Any, Iterator, Sequence
 
 from torch import nn
 
-from .base import (Backend, BackendError, KernelRecord, Latency, Profiled, _scope_of, export_onnx, onnx_scopes,
-                   register_backend)
+from .base import (Backend, BackendError, KernelRecord, Latency, Profiled, _scope_of, export_onnx, onnx_node_places,
+                   onnx_scopes, register_backend)
 from .remote import (BoardConfig, Command, CommandFailed, ReportError, example_config, run_command, runner_report,
                      times_ms, with_retries)
 
@@ -147,20 +147,22 @@ def parse_benchmark_report(text: str, source: str = "benchmark_report.csv") -> f
     raise ReportError(f"{source} has no 'latency (ms)' row under 'Execution results'")
 
 
-def to_module_paths(kernels: Sequence[KernelRecord], scope: dict[str, str],
+def to_module_paths(kernels: Sequence[KernelRecord], places: dict[str, tuple[str, str, int, int]],
                     layer_paths: Sequence[str]) -> list[KernelRecord]:
     """``kernels`` with their ONNX names replaced by the module paths among ``layer_paths``
-    (a MYRIAD stage suffix after ``@`` is ignored)."""
+    and the nodes' places there (``places``: :func:`~annette_torch.backends.base.onnx_node_places`
+    of the export; a MYRIAD stage suffix after ``@`` is ignored)."""
     known = set(layer_paths)
     result = []
     for k in kernels:
-        paths = []
+        nodes = []
         for name in k.layers:
-            path = _scope_of(name, scope) or _scope_of(name.split("@", 1)[0], scope)
-            if path in known:
-                paths.append(path)
+            place = _scope_of(name, places) or _scope_of(name.split("@", 1)[0], places)
+            if place and place[0] in known:
+                nodes.append(place)
+        nodes = tuple(dict.fromkeys(nodes))
         result.append(KernelRecord(k.name, k.kernel_type, k.exec_type, k.status, k.runs_ms,
-                                   tuple(dict.fromkeys(paths))))
+                                   tuple(dict.fromkeys(path for path, *_ in nodes)), nodes))
     return result
 
 
@@ -276,8 +278,8 @@ class Ncs2(Backend):
                 export_onnx(model, input_shape, work / "model.onnx")
                 import onnx
 
-                scope = onnx_scopes(onnx.load(str(work / "model.onnx"), load_external_data=False).graph,
-                                    {name for name, _ in model.named_modules()})
+                graph = onnx.load(str(work / "model.onnx"), load_external_data=False).graph
+                places = onnx_node_places(graph, onnx_scopes(graph, {name for name, _ in model.named_modules()}))
                 shutil.copy(RUNNER_SCRIPT, work / RUNNER_SCRIPT.name)
             command = self.run_command_for(work, warmup, repeats)
 
@@ -294,7 +296,7 @@ class Ncs2(Backend):
                     kernels = parse_detailed_counters(
                         (work / "benchmark_detailed_counters_report.csv").read_text())
                     end_to_end = [parse_benchmark_report((work / "benchmark_report.csv").read_text())]
-                kernels = to_module_paths(kernels, scope, layer_paths)
+                kernels = to_module_paths(kernels, places, layer_paths)
         return Profiled(kernels, Latency.from_runs(end_to_end, self.threads))
 
     def measure(self, model: nn.Module, input_shape: Sequence[int], warmup: int = 5, repeats: int = 20) -> Latency:
