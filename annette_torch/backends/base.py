@@ -424,7 +424,7 @@ class OnnxBackend(Backend):
             nodes = [tuple(dict.fromkeys(p for n in k.layers if (p := _scope_of(n, places)) and p[0] in known))
                      for k in kernels]
             kernels = [KernelRecord(k.name, k.kernel_type, k.exec_type, k.status, k.runs_ms,
-                                    tuple(dict.fromkeys(path for path, *_ in named)), named)
+                                    tuple(dict.fromkeys(module_path for module_path, *_ in named)), named)
                        for k, named in zip(kernels, nodes)]
             latency = self.measure_onnx(path, input_shape, warmup, repeats)
         return Profiled(kernels, latency)
