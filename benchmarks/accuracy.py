@@ -525,6 +525,8 @@ def print_report(summary: dict, source: Path, measured: pd.DataFrame, sessions: 
 def summary_line(summary: dict, label: str, show: list[str] = ()) -> str:
     """``label``, the main variant's MAPE (%) per set of ``summary`` (:func:`evaluate`) and
     over all, the share of all within ±10 %, then the error (%) of each network in ``show``."""
+    if not summary["rows"]:
+        return f"{label}  no network estimated"
     main = main_variant(summary["variants"])
     cells = [f"{name} {table[main]['mape']:.2f}" for name, table in summary["sets"].items()]
     errors = {row["network"]: (row[main] / row["measured_ms"] - 1) * 100 for row in summary["rows"]}
@@ -653,6 +655,8 @@ def main() -> None:
     record = folder_record(source.parent)
     sessions = read_sessions(source.parent, record["since"])
     if args.summary is not None:
+        for failure in summary["failures"]:       # before the line, which scripts take as the last
+            print(f"trace failed: {failure}")
         print(summary_line(summary, args.summary, [n for n in args.show.split(",") if n]))
     else:
         print_report(summary, source, measured, sessions, {**record, "statistic": protocol.statistic})

@@ -266,6 +266,26 @@ def _scope_of(name: str, scope: dict[str, Any]) -> Any:
     return ""
 
 
+def place_kernels(kernels: Sequence[KernelRecord], places: dict[str, tuple[str, str, int, int]],
+                  layer_paths: Sequence[str], alias: Callable[[str], str] | None = None) -> list[KernelRecord]:
+    """``kernels`` whose ``layers`` hold a runtime's names of ONNX nodes, with those replaced
+    by the module paths among ``layer_paths`` and ``nodes`` set to the nodes' places there
+    (``places``: :func:`onnx_node_places` of the export); a name found nowhere is looked up
+    again as ``alias`` of it, where given."""
+    known = set(layer_paths)
+    placed = []
+    for k in kernels:
+        nodes = []
+        for name in k.layers:
+            place = _scope_of(name, places) or (_scope_of(alias(name), places) if alias else "")
+            if place and place[0] in known:
+                nodes.append(place)
+        nodes = tuple(dict.fromkeys(nodes))
+        placed.append(KernelRecord(k.name, k.kernel_type, k.exec_type, k.status, k.runs_ms,
+                                   tuple(dict.fromkeys(path for path, *_ in nodes)), nodes))
+    return placed
+
+
 class Backend:
     """A runtime that times models on this machine; subclasses set ``name`` and
     ``precisions`` and implement :meth:`runtime_version` and :meth:`measure`.
@@ -420,12 +440,7 @@ class OnnxBackend(Backend):
             places = onnx_node_places(graph, scope)
             with self.step("run"):
                 kernels = self.profile_onnx(path, random_inputs(input_shape), warmup, repeats)
-            known = set(layer_paths)
-            nodes = [tuple(dict.fromkeys(p for n in k.layers if (p := _scope_of(n, places)) and p[0] in known))
-                     for k in kernels]
-            kernels = [KernelRecord(k.name, k.kernel_type, k.exec_type, k.status, k.runs_ms,
-                                    tuple(dict.fromkeys(module_path for module_path, *_ in named)), named)
-                       for k, named in zip(kernels, nodes)]
+            kernels = place_kernels(kernels, places, layer_paths)
             latency = self.measure_onnx(path, input_shape, warmup, repeats)
         return Profiled(kernels, latency)
 

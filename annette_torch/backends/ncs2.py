@@ -36,8 +36,8 @@ from typing import Any, Iterator, Sequence
 
 from torch import nn
 
-from .base import (Backend, BackendError, KernelRecord, Latency, Profiled, _scope_of, export_onnx, onnx_node_places,
-                   onnx_scopes, register_backend)
+from .base import (Backend, BackendError, KernelRecord, Latency, Profiled, export_onnx, onnx_node_places, onnx_scopes,
+                   place_kernels, register_backend)
 from .remote import (BoardConfig, Command, CommandFailed, ReportError, example_config, run_command, runner_report,
                      times_ms, with_retries)
 
@@ -149,21 +149,9 @@ def parse_benchmark_report(text: str, source: str = "benchmark_report.csv") -> f
 
 def to_module_paths(kernels: Sequence[KernelRecord], places: dict[str, tuple[str, str, int, int]],
                     layer_paths: Sequence[str]) -> list[KernelRecord]:
-    """``kernels`` with their ONNX names replaced by the module paths among ``layer_paths``
-    and the nodes' places there (``places``: :func:`~annette_torch.backends.base.onnx_node_places`
-    of the export; a MYRIAD stage suffix after ``@`` is ignored)."""
-    known = set(layer_paths)
-    result = []
-    for k in kernels:
-        nodes = []
-        for name in k.layers:
-            place = _scope_of(name, places) or _scope_of(name.split("@", 1)[0], places)
-            if place and place[0] in known:
-                nodes.append(place)
-        nodes = tuple(dict.fromkeys(nodes))
-        result.append(KernelRecord(k.name, k.kernel_type, k.exec_type, k.status, k.runs_ms,
-                                   tuple(dict.fromkeys(path for path, *_ in nodes)), nodes))
-    return result
+    """:func:`~annette_torch.backends.base.place_kernels` of the runner's kernels, a MYRIAD
+    stage suffix after ``@`` ignored."""
+    return place_kernels(kernels, places, layer_paths, alias=lambda name: name.split("@", 1)[0])
 
 
 @register_backend

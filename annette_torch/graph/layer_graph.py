@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import collections
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import numpy as np
 
@@ -222,7 +222,7 @@ class LayerGraph:
     def _is_view(self, layer: Layer) -> bool:
         return layer.kind == "reshape" or layer.kind in PASS_THROUGH or layer.name in self.export_dropped
 
-    def _consumers_through(self, name: str, skips) -> list[str]:
+    def _consumers_through(self, name: str, skips: Callable[[Layer], bool]) -> list[str]:
         """The layers reading ``name``'s output directly or through layers ``skips`` holds
         (:meth:`_is_view`: reshapes, pass-through layers and dropped copies), and any of
         those the network returns (a returned tensor is written out in its own layout)."""
@@ -231,7 +231,7 @@ class LayerGraph:
             found += self._consumers_through(child, skips) if skips(self[child]) else [child]
         return found
 
-    def _producer_through(self, name: str, skips) -> Layer:
+    def _producer_through(self, name: str, skips: Callable[[Layer], bool]) -> Layer:
         """The layer whose output ``name`` is, through one-input layers ``skips`` holds."""
         layer = self[name]
         while skips(layer) and len(layer.parents) == 1:
