@@ -19,6 +19,7 @@ A benchmark: measures, prints a table, asserts nothing.
 from __future__ import annotations
 
 import argparse
+import re
 import tempfile
 import warnings
 from pathlib import Path
@@ -63,10 +64,24 @@ def conv_runs(backend, path: Path, shape: tuple[int, ...]) -> list[float]:
     return convs[2:]
 
 
+def conv_shapes(text: str) -> list[tuple[str, int, int, int]]:
+    """``--shapes``: comma-separated ``<channels>x<map size>k<kernel>`` (``224x7k1``) ->
+    (spec, channels, size, kernel) each; ``ArgumentTypeError`` naming a malformed one."""
+    shapes = []
+    for spec in text.split(","):
+        match = re.fullmatch(r"(\d+)x(\d+)k(\d+)", spec.strip())
+        if not match or 0 in (values := tuple(int(v) for v in match.groups())):
+            raise argparse.ArgumentTypeError(f"shape {spec!r} is not <channels>x<map size>k<kernel> of positive "
+                                             f"integers, e.g. 224x7k1")
+        shapes.append((spec.strip(), *values))
+    return shapes
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--shapes", default=DEFAULT_SHAPES)
+    parser.add_argument("--shapes", type=conv_shapes, default=DEFAULT_SHAPES,
+                        help="comma-separated <channels>x<map size>k<kernel>, e.g. 224x7k1,64x28k3")
     args = parser.parse_args()
 
     from annette_torch import Estimator
@@ -83,10 +98,7 @@ def main() -> None:
           f"{'w/bw us':>9}{'extra/(w/bw)':>14}{'estimate us':>13}")
     with tempfile.TemporaryDirectory() as folder, warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        for spec in args.shapes.split(","):
-            channels, rest = spec.split("x")
-            size, kernel = (int(v) for v in rest.split("k"))
-            channels = int(channels)
+        for spec, channels, size, kernel in args.shapes:
             conv_bytes = 2 * channels * channels * kernel * kernel * 4
             pairs = max(2, min(MAX_PAIRS, round(TARGET_BYTES / (2 * conv_bytes))))
             shape = (1, channels, size, size)
