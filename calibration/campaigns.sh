@@ -84,3 +84,11 @@ for sweep in training training-large training-stem; do
 done
 
 annette-torch stores calibration/data --compact --by-family
+# 2026-12-07 (session 32, the profiles' Zen 4): full's 45 channel_shuffle rows (ShuffleNetV2's view-transpose-view
+# between two units, which OpenVINO runs as one ShuffleChannels kernel) into the 1-thread stores and openvino-cpu's
+# 2-thread store, the four profiles refitted. The file lists exactly those benchmarks of full; the lines above that
+# resume full measure them too
+for backend in openvino-cpu onnxruntime-cpu torch-cpu; do
+    calibrate --backend "$backend" --sweep calibration/rows-of-full-2026-12-07.csv --threads 1
+done
+calibrate --backend openvino-cpu --sweep calibration/rows-of-full-2026-12-07.csv --threads 2

@@ -131,6 +131,8 @@ def test_sweep_sets_its_own_size_limits(tmp_path):
     (BenchmarkSpec("roi_align", {"h": 16, "c": 8, "k": 7, "groups": 20}), ["conv", "roi_align"]),
     (BenchmarkSpec("grid_sample", {"n": 30, "h": 12, "c": 1, "k": 7}), ["grid_sample"]),
     (BenchmarkSpec("unfold", {"h": 8, "c": 2, "k": 3}), ["conv", "unfold"]),
+    (BenchmarkSpec("channel_shuffle", {"h": 8, "c": 13, "groups": 3}),     # c rounded down to 12
+     ["split", "conv", "relu", "concat", "channel_shuffle", "permute", "split", "conv", "relu", "concat"]),
 ])
 def test_generator_builds_the_layers_it_names(spec, kinds):
     model, shape = build_benchmark(spec)
@@ -154,6 +156,8 @@ def test_shape_families_refuse_what_they_cannot_build():
         build_benchmark(BenchmarkSpec("topk", {"h": 8, "c": 3, "k": 300}))
     with pytest.raises(ValueError, match="nms op is the IoU threshold, a number in \\(0, 1\\), got 'high'"):
         build_benchmark(BenchmarkSpec("nms", {"h": 8, "c": 16, "op": "high"}))
+    with pytest.raises(ValueError, match="channel_shuffle needs groups >= 2, got 1"):
+        build_benchmark(BenchmarkSpec("channel_shuffle", {"h": 8, "c": 16, "groups": 1}))
     with pytest.raises(ValueError, match="unfold k must be odd"):
         build_benchmark(BenchmarkSpec("unfold", {"h": 8, "c": 2, "k": 4}))
 

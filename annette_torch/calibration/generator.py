@@ -20,7 +20,7 @@ map), ``dense_layer`` (concat and pre-activation BN-ReLU),
 (MobileNetV2's block after a conv: its depthwise conv reads a blocked conv output, as in
 a network, not the network's input), and the shape kinds after a 1x1 conv: ``upsample``,
 ``pad``, ``adaptive_pool``, ``split`` (channel groups through their own op, concatenated
-back) and ``conv_transpose``.
+back) and ``conv_transpose``; ``channel_shuffle`` (ShuffleNetV2's, between two units).
 Selection and sampling (detection post-processing, RAFT), on fixed seeded data:
 ``topk``, ``sort``, ``unique``, ``nms`` (anchor boxes scored by a conv), ``roi_align``,
 ``grid_sample`` and ``unfold``.
@@ -42,6 +42,7 @@ or eltwise kind, or a chain such as ``bn-relu-maxpool``), ``pool`` (pooling wind
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -1034,6 +1035,50 @@ def split(p: dict[str, Any]) -> tuple[nn.Module, tuple[int, ...]]:
     """A channel split in context (:class:`_SplitMerge`): ``groups`` parts, ``op`` what each
     part goes through before the concat."""
     return _SplitMerge(p["c"], int(p["groups"]), p["op"]), (p["n"], p["c"], p["h"], p["w"])
+
+
+class _ShuffleUnit(nn.Module):
+    """A ShuffleNetV2 unit and the next one's split on (n, c, h, w): the input's halves,
+    the second through a 1x1 conv, concatenated, their channels shuffled in ``groups``
+    groups (``view(n, groups, c // groups, h, w)``, ``transpose(1, 2)``, ``contiguous()``,
+    ``view(n, c, h, w)``, as torchvision writes it), and the result split in halves again,
+    the second through a 1x1 conv, concatenated. Each call is its own module."""
+
+    def __init__(self, shape: tuple[int, int, int, int], groups: int) -> None:
+        super().__init__()
+        n, c, h, w = shape
+        self.split, self.conv, self.concat = _Call("chunk", 2, 1), _conv_relu(c // 2), Concat()
+        self.group, self.transpose = _Call("view", n, groups, c // groups, h, w), _Call("transpose", 1, 2)
+        self.contiguous, self.ungroup = _Call("contiguous"), _Call("view", n, c, h, w)
+        self.split_after, self.after, self.concat_after = _Call("chunk", 2, 1), _conv_relu(c // 2), Concat()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        a, b = self.split(x)
+        y = self.concat(a, self.conv(b))
+        y = self.ungroup(self.contiguous(self.transpose(self.group(y))))
+        a, b = self.split_after(y)
+        return self.concat_after(a, self.after(b))
+
+
+def _conv_relu(c: int) -> nn.Sequential:
+    return nn.Sequential(nn.Conv2d(c, c, 1, bias=False), nn.ReLU())
+
+
+def _shuffle_channels(p: dict[str, Any]) -> int:
+    """``c`` rounded down to a multiple of 2 x ``groups`` (halves, and groups of equal size)."""
+    if int(p["groups"]) < 2:
+        raise ValueError(f"channel_shuffle needs groups >= 2, got {p['groups']}")
+    step = math.lcm(2, int(p["groups"]))
+    return max(step, p["c"] // step * step)
+
+
+@family("channel_shuffle", ("h", "w", "c", "groups"), {},
+        lambda p: _stem_size(p, float(p["n"] * p["c"] * p["h"] * p["w"])))
+def channel_shuffle(p: dict[str, Any]) -> tuple[nn.Module, tuple[int, ...]]:
+    """A channel shuffle in context (:class:`_ShuffleUnit`): ``c`` channels (rounded down
+    to a multiple of 2 x ``groups``) shuffled in ``groups`` groups between two units."""
+    shape = (p["n"], _shuffle_channels(p), p["h"], p["w"])
+    return _ShuffleUnit(shape, int(p["groups"])), shape
 
 
 #: the slices of :func:`slice_family`, each as a real network writes it

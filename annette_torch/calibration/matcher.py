@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from ..backends.base import KernelRecord
-from ..graph.layer_graph import Layer, LayerGraph
+from ..graph.layer_graph import EXPORT_DROPPED_OPS, Layer, LayerGraph
 from ..kinds import FEATURES, KINDS
 from ..measure.protocol import spread_of, statistic_ms
 
@@ -50,6 +50,10 @@ MOVEMENT_KERNELS = LAYOUT_KERNELS | {"Transpose", "Reshape", "Squeeze", "Unsquee
 #: kernel type -> the layer kinds it computes, for kernels a runtime names after itself
 RENAMED_KERNELS = {"VariadicSplit": ("slice", "split"), "Split": ("slice", "split"), "StridedSlice": ("slice",),
                    "Slice": ("slice",), "Gather": ("slice",), "MVN": ("layer_norm",)}
+#: kernel type -> the layer kind it computes, for kernels a runtime made of several nodes and
+#: named after one the layer does not export (OpenVINO's ``ShuffleChannels``: a channel
+#: shuffle's Reshape, Transpose, Reshape, named after the second Reshape)
+PATTERN_KERNELS = {"ShuffleChannels": "channel_shuffle"}
 
 
 def _summary(runs: np.ndarray, statistic: str) -> tuple[float, float]:
@@ -58,11 +62,34 @@ def _summary(runs: np.ndarray, statistic: str) -> tuple[float, float]:
 
 
 def _exported_nodes(layer: Layer, op_type: str) -> int:
-    """How many ``op_type`` nodes ``torch.onnx.export`` writes for ``layer`` (0 for a free one)."""
+    """How many ``op_type`` nodes ``torch.onnx.export`` writes for ``layer`` (0 for a free
+    one and for a copy the export drops, ``.contiguous()``)."""
     kind = KINDS.get(layer.kind)
-    if kind is None or layer.free:
+    if kind is None or layer.free or layer.op in EXPORT_DROPPED_OPS:
         return 0
     return 1 if op_type in kind.onnx_ops else kind.export_ops.get(op_type, 0)
+
+
+def _pattern_layer(graph: LayerGraph, kernel: KernelRecord, path: str, layers: list[str]) -> list[str]:
+    """The layer of :data:`PATTERN_KERNELS`' kind that ``kernel`` computes, if its type is
+    one of them: of the layers at ``path``, the only one of that kind, or the one whose two
+    Reshape nodes include the node the kernel is named after (where the path's Reshapes
+    are all theirs), else the last; where ``path`` holds none (each call its own module),
+    the one the path's last layer views back, through views and dropped copies; ``[]``
+    for other kernels or where there is no such layer."""
+    kind = PATTERN_KERNELS.get(kernel.kernel_type)
+    if kind is None:
+        return []
+    candidates = [name for name in layers if graph[name].kind == kind]
+    if len(candidates) > 1:
+        places = [place // 2 for node_path, op_type, place, count in kernel.nodes
+                  if node_path == path and op_type == "Reshape" and count == 2 * len(candidates)]
+        return [candidates[places[0]] if places else candidates[-1]]
+    layer = graph[layers[-1]]
+    while not candidates and (layer.free or layer.op in EXPORT_DROPPED_OPS) and len(layer.parents) == 1:
+        layer = graph[layer.parents[0]]
+        candidates = [layer.name] if layer.kind == kind else []
+    return candidates
 
 
 def _computed_layers(graph: LayerGraph, kernel: KernelRecord, at_path: dict[str, list[str]]) -> set[str]:
@@ -76,8 +103,8 @@ def _computed_layers(graph: LayerGraph, kernel: KernelRecord, at_path: dict[str,
         layers = at_path.get(path)
         if not layers:
             continue
-        picked = []
-        if len(layers) > 1:
+        picked = _pattern_layer(graph, kernel, path, layers)
+        if not picked and len(layers) > 1:
             for node_path, op_type, place, count in kernel.nodes:
                 if node_path == path:
                     exporters = [name for name in layers for _ in range(_exported_nodes(graph[name], op_type))]

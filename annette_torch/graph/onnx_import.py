@@ -56,6 +56,7 @@ from ..validation import regular_file
 from ..kinds.registry import Shape, numel
 from .errors import TraceError, first_line
 from .layer_graph import Layer, LayerGraph
+from .recognize import mark_channel_shuffles
 
 #: Node domains whose op types the layer kinds describe.
 _STANDARD_DOMAINS = ("", "ai.onnx")
@@ -98,7 +99,7 @@ def import_onnx(path_or_model: str | os.PathLike | onnx.ModelProto,
         tensors = _Tensors(model.graph, base_dir, label)
     layers, outputs = _build_layers(model.graph, tensors, label)
     input_shapes = tuple(tensors.shape(value.name, "the graph inputs") for value in inputs)
-    return LayerGraph(layers, input_shapes, method="onnx", model_name=label, outputs=outputs)
+    return LayerGraph(mark_channel_shuffles(layers), input_shapes, method="onnx", model_name=label, outputs=outputs)
 
 
 def _load(path_or_model) -> tuple[onnx.ModelProto, str, str]:

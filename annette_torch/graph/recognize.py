@@ -6,7 +6,7 @@ module is the one place that decides the layer kind, attributes and counts.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -109,3 +109,35 @@ def build_layer(record: CallRecord, classified: tuple[LayerKind, dict] | None = 
         output_shapes=tuple(out_shapes), attrs=attrs, parents=tuple(parents), counts=counts,
         reads_input=any(src == () for _, src in record.inputs),
     )
+
+
+def _is_channel_shuffle(layer: Layer, by_name: dict[str, Layer], consumers: dict[str, list[str]]) -> bool:
+    """Whether ``layer`` is the transpose of ``x.view(n, g, c // g, h, w).transpose(1, 2)``
+    ``[.contiguous()].view(n, c, h, w)``: see :func:`mark_channel_shuffles`."""
+    if layer.kind != "permute" or len(layer.input_shapes) != 1 or len(layer.parents) != 1:
+        return False
+    shape = layer.input_shapes[0]
+    if len(shape) != 5 or min(shape[1:3]) < 2 or layer.output_shapes != ((shape[0], shape[2], shape[1], *shape[3:]),):
+        return False
+    merged = (shape[0], shape[1] * shape[2], *shape[3:])
+    split = by_name[layer.parents[0]]
+    if split.kind != "reshape" or split.input_shapes[:1] != (merged,):
+        return False
+    after = consumers.get(layer.name, [])
+    while len(after) == 1 and by_name[after[0]].op == "contiguous":
+        after = consumers.get(after[0], [])
+    return len(after) == 1 and by_name[after[0]].kind == "reshape" and by_name[after[0]].output_shapes == (merged,)
+
+
+def mark_channel_shuffles(layers: list[Layer]) -> list[Layer]:
+    """``layers`` with each permute that is the middle of a channel shuffle written out
+    (ShuffleNet's ``x.view(n, g, c // g, h, w)``, ``.transpose(1, 2)``, an optional
+    ``.contiguous()``, ``.view(n, c, h, w)``) as a ``channel_shuffle`` layer: a graph
+    compiler runs the three as one kernel of its own, not as a transpose."""
+    by_name = {layer.name: layer for layer in layers}
+    consumers: dict[str, list[str]] = {}
+    for layer in layers:
+        for parent in layer.parents:
+            consumers.setdefault(parent, []).append(layer.name)
+    return [replace(layer, kind="channel_shuffle") if _is_channel_shuffle(layer, by_name, consumers) else layer
+            for layer in layers]

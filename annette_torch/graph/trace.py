@@ -27,6 +27,7 @@ from .eager_capture import eager_capture
 from .errors import LayerExecutionError, RealRunTooLarge, TraceError, check_real_run, first_line
 from .fx_capture import run_graph, symbolic_trace
 from .layer_graph import LayerGraph
+from .recognize import mark_channel_shuffles
 
 ShapeLike = Sequence[int]
 
@@ -97,7 +98,7 @@ def trace(model: nn.Module, input_shape: ShapeLike | Sequence[ShapeLike] | None 
         layers, outputs, written = captured
         shapes = tuple(tuple(t.shape) for t in tree_leaves(meta_inputs) if isinstance(t, torch.Tensor))
         trainable = tuple(p.numel() for p in model.parameters() if p.requires_grad)
-        return LayerGraph(layers, shapes, method, label, parameter_sizes=trainable, outputs=outputs,
+        return LayerGraph(mark_channel_shuffles(layers), shapes, method, label, parameter_sizes=trainable, outputs=outputs,
                           written=written)
 
     try:

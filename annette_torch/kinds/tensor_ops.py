@@ -41,10 +41,22 @@ class Split(_DataMovement):
 class Permute(_DataMovement):
     """Layout changes that move data (a transpose materialises a copy on most targets)."""
     name = "permute"
-    ops = ("permute", "transpose", "t", "movedim", "contiguous", "roll", "flip",
-           "channel_shuffle", "pixel_shuffle", "pixel_unshuffle", "repeat", "tile",
+    ops = ("permute", "transpose", "t", "movedim", "contiguous", "roll", "flip", "pixel_shuffle", "pixel_unshuffle", "repeat", "tile",
            "repeat_interleave", "clone", "copy")   # copy: Tensor.copy_ into another tensor
     onnx_ops = ("Transpose", "DepthToSpace", "SpaceToDepth", "Tile")
+
+
+@register_kind
+class ChannelShuffle(_DataMovement):
+    """ShuffleNet's channel shuffle: ``nn.ChannelShuffle``, ``F.channel_shuffle``, and the
+    transpose of ``x.view(n, g, c // g, h, w).transpose(1, 2)...view(n, c, h, w)``
+    (:func:`~annette_torch.graph.recognize.mark_channel_shuffles`), which a graph compiler
+    may run as one kernel of its own (OpenVINO's ``ShuffleChannels``) and which profiles
+    without a model of their own answer as a permute."""
+    name = "channel_shuffle"
+    modules = (nn.ChannelShuffle,)
+    ops = ("channel_shuffle", "native_channel_shuffle")
+    export_ops = {"Transpose": 1}
 
 
 @register_kind

@@ -146,11 +146,13 @@ def _optional_field(data: dict, name: str, build, source: str):
 #: measured; splits have their own calibration family.) An elementwise subgraph takes the
 #: multiply's model first: an add's, fitted on the 1-5 µs adds too, charges a subgraph
 #: holding a GELU as compute-bound (FastViT's stem add + GELU: 1.14 ms, the multiply's 0.48,
-#: 0.08 measured in context).
+#: 0.08 measured in context). A channel shuffle is a transpose where a runtime has no kernel
+#: of its own for it.
 STAND_INS: dict[str, tuple[str, ...]] = {ELEMENTWISE_SUBGRAPH: ("mul", "add"), "unary": ("mul", "add"),
                                          "div": ("mul", "sub"), "compare": ("sub", "mul"),
                                          "clamp": ("relu6", "relu"), "einsum": ("matmul",),
-                                         "embedding": ("slice", "concat"), "reduce": ("global_avg_pool",)}
+                                         "embedding": ("slice", "concat"), "reduce": ("global_avg_pool",),
+                                         "channel_shuffle": ("permute",)}
 
 
 @dataclass
