@@ -167,7 +167,8 @@ class Estimator:
         dead = self.profile.optimizes_graph if self.profile.removes_dead_code is None else self.profile.removes_dead_code
         self._removes = (self._folds, self._folds or (dead and compiles),
                          self.profile.removes_identity_slices and compiles,
-                         self.profile.folds_layout_transposes and compiles)
+                         self.profile.folds_layout_transposes and compiles,
+                         self.profile.splits_shuffles_in_place and compiles)
         self._merges = use_mapping and (self.profile.merges_elementwise if adaptation is None
                                         else adaptation.merges(self.profile.merges_elementwise))
         self._groups_convs = use_mapping and (self.profile.groups_split_convs if adaptation is None
@@ -211,9 +212,9 @@ class Estimator:
     def kernel_table(self, graph: LayerGraph) -> KernelTable:
         """The kernels ``graph`` runs as on this target (cached on the graph)."""
         training = False if self.profile.training is not None else None   # a data batch requires no grad
-        folds, dead, identity_slices, layout_transposes = self._removes
+        folds, dead, identity_slices, layout_transposes, shuffle_splits = self._removes
         return map_kernels(graph, self._rules, folds, training, self.profile.counting, dead, identity_slices,
-                           self._merges, self._reorders, layout_transposes, self._groups_convs)
+                           self._merges, self._reorders, layout_transposes, self._groups_convs, shuffle_splits)
 
     def layer_model(self, kernel_kind: str) -> tuple[str, str, Any]:
         """(model type, profile entry, layer model) that answers ``kernel_kind``, without
@@ -519,13 +520,14 @@ class Estimator:
         if total <= 0 or removed <= FREE_OPS_WARNING_SHARE * total:
             return
         dead, slices = len(graph.dead & names), len(graph.identity_slices & names - graph.dead)
-        layout = len((graph.layout_transposes | graph.export_dropped) & names - graph.dead - graph.identity_slices)
+        layout = len((graph.layout_transposes | graph.export_dropped | graph.shuffle_splits) & names
+                     - graph.dead - graph.identity_slices)
         warnings.warn(f"{graph.model_name}: {removed / total:.0%} of its operations are costed as free, because "
                       f"{self.profile.name!r} describes a graph compiler that removes them ({dead} layer(s) whose "
                       f"results reach no output, {len(names) - dead - slices - layout} computed from constants, "
                       f"repeated or arithmetic with 0 or 1"
                       + (f", {slices} slice(s) of a whole tensor" if slices else "")
-                      + (f", {layout} transpose(s) or copies of layout only" if layout else "") + "). "
+                      + (f", {layout} transpose(s), copies or splits of layout only" if layout else "") + "). "
                       f"If the network really computes them, check that its outputs depend on them",
                       FreeWorkWarning, stacklevel=4)
 

@@ -58,6 +58,18 @@ def test_shufflenet_and_its_onnx_export_hold_one_channel_shuffle_per_unit(tmp_pa
     assert [layer.kind for layer in import_onnx(path) if not layer.free] == ["conv", "channel_shuffle"]
 
 
+def test_the_split_of_a_shuffle_is_free_where_the_runtime_splits_in_place():
+    """OpenVINO writes its ShuffleChannels in plain layout and splits that in place
+    (``splits_shuffles_in_place``); ONNX Runtime and eager torch run the split."""
+    graph = trace(torchvision.models.shufflenet_v2_x0_5().eval(), input_shape=(1, 3, 224, 224))
+    splits = {layer.name for layer in graph if layer.kind == "split"}
+    assert graph.shuffle_splits == splits and len(splits) == 13   # every unit's chunk but the first stage's
+    for profile, free in (("openvino-cpu", True), ("onnxruntime-cpu", False), ("torch-cpu", False)):
+        report = Estimator(profile).report(graph).set_index("kernel")
+        assert report.loc[sorted(splits), "confidence"].eq("free").all() == free, profile
+        assert (report.loc[sorted(splits), "time_ms"] > 0).all() == (not free), profile
+
+
 def test_a_profile_without_a_channel_shuffle_model_answers_it_as_a_permute():
     shipped = load_profile("openvino-cpu")
     assert shipped.model_for("channel_shuffle")[1] == "channel_shuffle"

@@ -289,7 +289,9 @@ def test_profile_fields_for_removed_layers_round_trip_and_are_checked(tmp_path):
     assert "folds_layout_transposes" not in data
     assert ov.groups_split_convs and not load_profile("onnxruntime-cpu").groups_split_convs
     assert "groups_split_convs" not in data
-    for field in ("removes_identity_slices", "folds_layout_transposes", "groups_split_convs"):
+    assert ov.splits_shuffles_in_place and not load_profile("onnxruntime-cpu").splits_shuffles_in_place
+    assert "splits_shuffles_in_place" not in data
+    for field in ("removes_identity_slices", "folds_layout_transposes", "groups_split_convs", "splits_shuffles_in_place"):
         path = tmp_path / f"bad-{field}.json"
         path.write_text(json.dumps({**data, field: "yes"}))
         with pytest.raises(ProfileError, match=field):

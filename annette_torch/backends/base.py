@@ -300,6 +300,7 @@ class Backend:
     optimizes_graph: ClassVar[bool] = True                # its compiler folds constants, merges repeats
     removes_identity_slices: ClassVar[bool] = False       # it runs nothing for a slice of its whole input
     folds_layout_transposes: ClassVar[bool] = False       # a conv reads/writes channels-last for a transpose next to it
+    splits_shuffles_in_place: ClassVar[bool] = False      # it runs no kernel for a split of a channel shuffle's output
     merges_elementwise: ClassVar[bool] = False            # connected elementwise layers run as one kernel
     groups_split_convs: ClassVar[bool] = False            # a split's parallel convs and their concat run as one grouped conv
     output_reorders: ClassVar[str] = ""                   # regex of its kernels converting a returned map to NCHW

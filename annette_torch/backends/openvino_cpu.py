@@ -34,6 +34,10 @@ class OpenVinoCpu(OnnxBackend):
     # channels-last: "_abc_acdb_fake" reorders, NOT_RUN); ConvNeXt's permute(0, 2, 3, 1) of a
     # conv's output runs (2026-12-05, docs/graph-compilers.md, LayerGraph.layout_transposes)
     folds_layout_transposes = True
+    # ShuffleChannels writes plain layout, and the next unit's channel split of it runs in
+    # place: no Split kernel after any of shufflenet_v2_x1_0's 13 shuffles (2026-12-07,
+    # docs/graph-compilers.md, LayerGraph.shuffle_splits)
+    splits_shuffles_in_place = True
     # its Snippets compile connected elementwise ops into one "Subgraph" kernel, whatever
     # their consumers (NAS-Bench-201's x * 0 edges and the sums between cells)
     merges_elementwise = True

@@ -254,6 +254,7 @@ def _profile(name: str, data: StoreData, fitted: _Pass, fit_metrics: dict, notes
         weight_cache_bytes=fitted.weight_cache[0], fused_cost_s_per_elem=fitted.fused_costs[0], optimizes_graph=_backend_flag(data, "optimizes_graph"),
         removes_identity_slices=_backend_flag(data, "removes_identity_slices"),
         folds_layout_transposes=_backend_flag(data, "folds_layout_transposes"),
+        splits_shuffles_in_place=_backend_flag(data, "splits_shuffles_in_place"),
         merges_elementwise=_backend_flag(data, "merges_elementwise"),
         groups_split_convs=_backend_flag(data, "groups_split_convs"), reorders_outputs=bool(output_reorder_pattern(data)),
         counting=fit_counting(data),

@@ -167,6 +167,19 @@ class LayerGraph:
         return self._cache["layout_transposes"]
 
     @property
+    def shuffle_splits(self) -> frozenset[str]:
+        """Names of the splits (``chunk``, ``split``) that read a channel shuffle's output,
+        through reshapes and dropped copies: ShuffleNetV2's ``x.chunk(2, dim=1)`` after the
+        unit before it shuffled. OpenVINO writes its ``ShuffleChannels`` in plain layout and
+        splits that in place, with no kernel."""
+        if "shuffle_splits" not in self._cache:
+            self._cache["shuffle_splits"] = frozenset(
+                layer.name for layer in self.layers
+                if layer.kind == "split" and len(layer.parents) == 1
+                and self._producer_through(layer.parents[0], self._is_view).kind == "channel_shuffle")
+        return self._cache["shuffle_splits"]
+
+    @property
     def split_conv_groups(self) -> dict[str, tuple[str, tuple[str, ...]]]:
         """Each channel concat that a compiler turns, with the split and the convs before it,
         into one grouped conv -> (the split, the convs in the concat's order): MixNet's

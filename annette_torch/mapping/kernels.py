@@ -82,18 +82,22 @@ ELEMENTWISE_SUBGRAPH = "eltwise_subgraph"
 
 
 def removed_layers(graph: LayerGraph, optimize_graph: bool = False, remove_dead: bool | None = None,
-                   remove_identity_slices: bool = False, fold_layout_transposes: bool = False) -> frozenset[str]:
+                   remove_identity_slices: bool = False, fold_layout_transposes: bool = False,
+                   split_shuffles_in_place: bool = False) -> frozenset[str]:
     """The layers of ``graph`` a target's compiler removes: with ``optimize_graph``
     :attr:`LayerGraph.folded` (constant subgraphs, repeated parameter-free layers, dead
     layers and copies the export drops), with ``remove_dead`` (default: ``optimize_graph``)
     the :attr:`LayerGraph.dead` ones, with ``remove_identity_slices``
     :attr:`LayerGraph.identity_slices`, with ``fold_layout_transposes``
-    :attr:`LayerGraph.layout_transposes`."""
+    :attr:`LayerGraph.layout_transposes`, with ``split_shuffles_in_place``
+    :attr:`LayerGraph.shuffle_splits`."""
     removed = graph.folded if optimize_graph else frozenset()
     if optimize_graph if remove_dead is None else remove_dead:
         removed = removed | graph.dead
     if remove_identity_slices:
         removed = removed | graph.identity_slices
+    if split_shuffles_in_place:
+        removed = removed | graph.shuffle_splits
     return removed | graph.layout_transposes if fold_layout_transposes else removed
 
 
@@ -101,11 +105,13 @@ def map_kernels(graph: LayerGraph, rules: tuple[FusionRule, ...], optimize_graph
                 input_requires_grad: bool | None = None, counting: Counting | None = None,
                 remove_dead: bool | None = None, remove_identity_slices: bool = False,
                 merge_elementwise: bool = False, reorder_outputs: bool = False,
-                fold_layout_transposes: bool = False, group_split_convs: bool = False) -> KernelTable:
+                fold_layout_transposes: bool = False, group_split_convs: bool = False,
+                split_shuffles_in_place: bool = False) -> KernelTable:
     """Kernel table of ``graph`` under ``rules``, its layers counted as ``counting`` says
     (:mod:`.counting`; default: annette_torch's counts); the layers the target's compiler
     removes (:func:`removed_layers` of ``optimize_graph``, ``remove_dead``,
-    ``remove_identity_slices`` and ``fold_layout_transposes``) are free kernels; with
+    ``remove_identity_slices``, ``fold_layout_transposes`` and ``split_shuffles_in_place``)
+    are free kernels; with
     ``merge_elementwise`` connected elementwise kernels merge into one (see the module
     doc). For a training pass, ``input_requires_grad`` says whether the network input requires grad (a data batch does not; a calibration
     benchmark's input does): a kernel with weights whose inputs need no gradient (the
@@ -117,11 +123,12 @@ def map_kernels(graph: LayerGraph, rules: tuple[FusionRule, ...], optimize_graph
     :attr:`LayerGraph.split_conv_groups` split, its convs and their concat run as one
     grouped conv (:func:`_grouped_conv_row`). Cached on the graph."""
     key = ("kernels", rules, optimize_graph, input_requires_grad, counting, remove_dead, remove_identity_slices,
-           merge_elementwise, reorder_outputs, fold_layout_transposes, group_split_convs)
+           merge_elementwise, reorder_outputs, fold_layout_transposes, group_split_convs, split_shuffles_in_place)
     cached = graph._cache.get(key)
     if cached is None:
         feats = graph.features if counting is None else counting.features(graph)
-        removed = removed_layers(graph, optimize_graph, remove_dead, remove_identity_slices, fold_layout_transposes)
+        removed = removed_layers(graph, optimize_graph, remove_dead, remove_identity_slices, fold_layout_transposes,
+                                 split_shuffles_in_place)
         grouped = {concat: group for concat, group in graph.split_conv_groups.items()
                    if concat not in removed and not removed.intersection((group[0], *group[1]))} \
             if group_split_convs else {}

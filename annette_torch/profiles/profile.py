@@ -33,6 +33,9 @@ when the profile has tree ensembles, their arrays in a numpy ``.npz`` file besid
       "folds_layout_transposes": true,          # transposes between channels-last and -first next to
                                                 # a conv are free (optional, default false; OpenVINO;
                                                 # LayerGraph.layout_transposes)
+      "splits_shuffles_in_place": true,         # a split of a channel shuffle's output is free
+                                                # (optional, default false; OpenVINO;
+                                                # LayerGraph.shuffle_splits)
       "merges_elementwise": true,               # connected elementwise layers run as one kernel
                                                 # (optional, default false; OpenVINO's Snippets;
                                                 # mapping.kernels)
@@ -173,6 +176,7 @@ class Profile:
     removes_dead_code: bool | None = None   # None: as optimizes_graph
     removes_identity_slices: bool = False
     folds_layout_transposes: bool = False
+    splits_shuffles_in_place: bool = False
     merges_elementwise: bool = False
     groups_split_convs: bool = False
     reorders_outputs: bool = False
@@ -232,6 +236,7 @@ class Profile:
             **({"removes_dead_code": self.removes_dead_code} if self.removes_dead_code is not None else {}),
             **({"removes_identity_slices": True} if self.removes_identity_slices else {}),
             **({"folds_layout_transposes": True} if self.folds_layout_transposes else {}),
+            **({"splits_shuffles_in_place": True} if self.splits_shuffles_in_place else {}),
             **({"merges_elementwise": True} if self.merges_elementwise else {}),
             **({"groups_split_convs": True} if self.groups_split_convs else {}),
             **({"reorders_outputs": True} if self.reorders_outputs else {}),
@@ -352,6 +357,7 @@ class Profile:
         dead = None if dead is None else boolean(dead, "field 'removes_dead_code'")
         identity_slices = boolean(data.get("removes_identity_slices", False), "field 'removes_identity_slices'")
         layout_transposes = boolean(data.get("folds_layout_transposes", False), "field 'folds_layout_transposes'")
+        shuffle_splits = boolean(data.get("splits_shuffles_in_place", False), "field 'splits_shuffles_in_place'")
         merges = boolean(data.get("merges_elementwise", False), "field 'merges_elementwise'")
         split_convs = boolean(data.get("groups_split_convs", False), "field 'groups_split_convs'")
         reorders = boolean(data.get("reorders_outputs", False), "field 'reorders_outputs'")
@@ -376,7 +382,7 @@ class Profile:
                    weight_cache_bytes=weight_cache,
                    fused_cost_s_per_elem={str(k): v for k, v in fused_costs.items()},
                    optimizes_graph=folds, removes_dead_code=dead, removes_identity_slices=identity_slices,
-                   folds_layout_transposes=layout_transposes,
+                   folds_layout_transposes=layout_transposes, splits_shuffles_in_place=shuffle_splits,
                    merges_elementwise=merges, groups_split_convs=split_convs, reorders_outputs=reorders, training=training, description=data.get("description") or "",
                    fit_metrics=dict(data.get("fit_metrics") or {}), notes=list(data.get("notes") or []),
                    source=source, adaptation=adaptation, correction=correction, counting=counting, ranges=ranges)

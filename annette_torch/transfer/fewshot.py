@@ -332,6 +332,7 @@ def remapped(profile: Profile, mapping: MappingChoice) -> Profile:
                                removes_dead_code=False if eager else base.removes_dead_code,
                                removes_identity_slices=base.removes_identity_slices and not eager,
                                folds_layout_transposes=base.folds_layout_transposes and not eager,
+                               splits_shuffles_in_place=base.splits_shuffles_in_place and not eager,
                                merges_elementwise=adaptation.merges(base.merges_elementwise),
                                groups_split_convs=adaptation.merges(base.groups_split_convs),
                                reorders_outputs=base.reorders_outputs and not eager)

@@ -2,8 +2,9 @@
 # Session 32: the CPU profiles before (commit fc9bb16) and after the channel_shuffle kind
 # (ShuffleNet's view-transpose-view as one layer; full's 45 channel_shuffle benchmarks
 # measured into the openvino-cpu (1 and 2 threads), onnxruntime-cpu and torch-cpu stores,
-# those profiles refitted), scored on the committed ground truths (measures nothing). "after" is the
-# profiles of the working tree. Run from the repository root:
+# those profiles refitted; on OpenVINO the split of a shuffle's output free,
+# splits_shuffles_in_place), scored on the committed ground truths (measures nothing).
+# "after" is the profiles of the working tree. Run from the repository root:
 #   bash benchmarks/results/rerun-2026-12-07-s32/rescore.sh > benchmarks/results/rerun-2026-12-07-s32/rescore.txt
 set -euo pipefail
 R=benchmarks/results
