@@ -85,11 +85,8 @@ def _pattern_layer(graph: LayerGraph, kernel: KernelRecord, path: str, layers: l
         places = [place // 2 for node_path, op_type, place, count in kernel.nodes
                   if node_path == path and op_type == "Reshape" and count == 2 * len(candidates)]
         return [candidates[places[0]] if places else candidates[-1]]
-    layer = graph[layers[-1]]
-    while not candidates and (layer.free or layer.op in EXPORT_DROPPED_OPS) and len(layer.parents) == 1:
-        layer = graph[layer.parents[0]]
-        candidates = [layer.name] if layer.kind == kind else []
-    return candidates
+    viewed = graph.viewed_from(layers[-1])
+    return candidates or ([viewed.name] if viewed.kind == kind else [])
 
 
 def _computed_layers(graph: LayerGraph, kernel: KernelRecord, at_path: dict[str, list[str]]) -> set[str]:

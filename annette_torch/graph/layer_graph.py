@@ -176,7 +176,7 @@ class LayerGraph:
             self._cache["shuffle_splits"] = frozenset(
                 layer.name for layer in self.layers
                 if layer.kind == "split" and len(layer.parents) == 1
-                and self._producer_through(layer.parents[0], self._is_view).kind == "channel_shuffle")
+                and self.viewed_from(layer.parents[0]).kind == "channel_shuffle")
         return self._cache["shuffle_splits"]
 
     @property
@@ -243,6 +243,12 @@ class LayerGraph:
         for child in self.children[name]:
             found += self._consumers_through(child, skips) if skips(self[child]) else [child]
         return found
+
+    def viewed_from(self, name: str) -> Layer:
+        """The layer that computed what ``name`` outputs, looking through reshapes,
+        pass-through layers and dropped copies (:meth:`_is_view`); ``name``'s own layer
+        where it is none of those."""
+        return self._producer_through(name, self._is_view)
 
     def _producer_through(self, name: str, skips: Callable[[Layer], bool]) -> Layer:
         """The layer whose output ``name`` is, through one-input layers ``skips`` holds."""

@@ -41,8 +41,8 @@ class Split(_DataMovement):
 class Permute(_DataMovement):
     """Layout changes that move data (a transpose materialises a copy on most targets)."""
     name = "permute"
-    ops = ("permute", "transpose", "t", "movedim", "contiguous", "roll", "flip", "pixel_shuffle", "pixel_unshuffle", "repeat", "tile",
-           "repeat_interleave", "clone", "copy")   # copy: Tensor.copy_ into another tensor
+    ops = ("permute", "transpose", "t", "movedim", "contiguous", "roll", "flip", "pixel_shuffle", "pixel_unshuffle",
+           "repeat", "tile", "repeat_interleave", "clone", "copy")   # copy: Tensor.copy_ into another tensor
     onnx_ops = ("Transpose", "DepthToSpace", "SpaceToDepth", "Tile")
 
 
