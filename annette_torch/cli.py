@@ -13,6 +13,8 @@
                   [--references K] --out DIR
     annette-torch calibrate --backend B --for MODEL [MODEL ...] --out DIR [--profile P] [--input-shape S]
                   [--threads N] [--precision P] [--rounds R] [--warmup W] [--repeats N] [--statistic S] [--drift D]
+    annette-torch calibrate --backend B --weight-rereads MODEL [MODEL ...] --out DIR [--profile P] [--threads N]
+                  [--warmup W] [--repeats N]
     annette-torch noise --backend B [--threads N] [--precision P] [--rounds R] [--minutes M]
     annette-torch check --profile P [--samples K] [--seed S] [--tolerance PERCENT]   (exit 1: the profile is off here)
     annette-torch stores DIR [--compact] [--by-family] [--drop-family FAMILY]
@@ -290,6 +292,11 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
                          "and the profiling of --for compile anew each round")
     if args.across_rounds != "pool" and not table:
         raise ValueError("--across-rounds applies to calibrate --for (whole networks); a campaign pools the rounds")
+    if args.weight_rereads:
+        if args.sweep or args.models or args.minutes or args.ray or args.dry_run:
+            raise ValueError("--weight-rereads measures networks into a store on its own; leave out --sweep, --for, "
+                             "--minutes, --ray and --dry-run")
+        return _calibrate_rereads(args)
     if args.prior or (args.minutes and args.sweep is None):
         return _calibrate_budget(args)
     if (args.sweep is None) == (args.models is None):
@@ -409,6 +416,34 @@ def _calibrate_for(args: argparse.Namespace) -> int:
     print(f"table: {summary.folder}; estimate with --measured {summary.folder} "
           f"(Estimator(profile, measured='{summary.folder}'))")
     return 1 if summary.failures and not summary.results else 0
+
+
+def _calibrate_rereads(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from .backends import get_backend
+    from .calibration.in_context import profile_for
+    from .calibration.store import fingerprint_folder
+    from .calibration.weight_rereads import measure_weight_rereads, save_rereads
+
+    backend = get_backend(args.backend, threads=args.threads, precision=args.precision)
+    folder = Path(args.out) / fingerprint_folder(backend.fingerprint())
+    if not (folder / "fingerprint.json").is_file():
+        raise ValueError(f"{folder} is not a store of this machine's {args.backend}: measure a sweep into it first "
+                         f"(calibrate --backend {args.backend} --sweep quick --out {args.out})")
+    profile = args.profile or profile_for(backend)
+    print(f"profiling {len(args.weight_rereads)} network(s) per layer on {args.backend}, {args.warmup} warm-up and "
+          f"{args.repeats} profiled inferences, three times; estimates of {profile}")
+    _print_machine(args.threads)
+    summary = measure_weight_rereads(backend, profile, args.weight_rereads, warmup=args.warmup, repeats=args.repeats)
+    for row in summary["networks"]:
+        print(f"{row['network']}: {row['kernels']} kernels with weights, measured x{row['level']:.3f} of the estimates "
+              f"besides the re-reads")
+    path = save_rereads(folder, summary)
+    print(f"all: {summary['kernels']} kernels: weights re-read at "
+          f"{summary['bytes_s'] / 1e9:.1f} GB/s, up to {summary['up_to_bytes'] / 2 ** 20:g} MiB per kernel; wrote {path}; "
+          f"annette-torch fit --data {folder} gives the profile these re-reads")
+    return 0
 
 
 def cmd_noise(args: argparse.Namespace) -> int:
@@ -622,7 +657,12 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--for", dest="models", nargs="+", metavar="MODEL",
                      help="measure the distinct kernels of these networks (as estimate takes them: torchvision:NAME, "
                           "timm:NAME, file.py:function, model.onnx) in context, each once, into a table under --out")
-    cal.add_argument("--profile", help="with --for: the profile whose kernels the table is keyed by (default: the "
+    cal.add_argument("--weight-rereads", nargs="+", metavar="MODEL",
+                     help="profile these networks per layer and measure what re-reading the weights a one-layer "
+                          "benchmark kept cached costs in them, into the store under --out (weight_rereads.json; "
+                          "fit gives the profile that term); networks the accuracy benchmark does not score")
+    cal.add_argument("--profile", help="with --for or --weight-rereads: the profile whose kernels the table is keyed "
+                                       "by, or whose estimates the re-reads are fitted against (default: the "
                                        "built-in profile of the backend, threads and precision)")
     cal.add_argument("--input-shape", type=_shape, help="with --for: the networks' input shape (default: their own)")
     cal.add_argument("--method", choices=("profile", "end-to-end"), default="profile",

@@ -42,7 +42,7 @@ from .layer_models.adapted import AdaptedKernels
 from .layer_models.base import ScaledKernels
 from .layer_models.corrected import CorrectedKernels
 from .layer_models.fused_layers import FusedLayers
-from .layer_models.weights_from_memory import WeightsFromMemory
+from .layer_models.weights_from_memory import RereadWeights, WeightsFromMemory
 from .mapping import NO_INPUT_GRAD, KernelTable, map_kernels, removed_layers
 from .measure.kernel_table import MeasuredKernels
 from .memory import MemoryEstimate, estimate_memory
@@ -123,8 +123,10 @@ class Estimator:
     than the profile's ``weight_cache_bytes`` (any network, where it has none) reads
     them from memory at each inference: each kernel takes at least its weight bytes over
     the profile's weight bandwidth (:mod:`annette_torch.layer_models.weights_from_memory`);
-    ``weights_from_memory=False`` drops that floor for every network, as for a
-    calibration benchmark run in a loop.
+    where the profile measured it (``weight_rereads``), every kernel of every network also
+    takes the time to read its weights again, which a benchmark kept cached.
+    ``weights_from_memory=False`` drops both for every network, as for a calibration
+    benchmark run in a loop.
     ``measured``: a table of kernels measured in context on this machine (a folder made
     by ``annette-torch calibrate --for``, or a
     :class:`~annette_torch.measure.kernel_table.MeasuredKernels`); a kernel it holds takes
@@ -156,6 +158,7 @@ class Estimator:
         self.model_type = model_type
         self.use_mapping = use_mapping
         self.weights_from_memory = weights_from_memory and self.profile.weight_bandwidth_bytes_s is not None
+        self._rereads = self.profile.weight_rereads if weights_from_memory else None
         self._weight_bits = getattr(self.profile.layer_models.get("roofline", {}).get("default"), "bit_weights", 32)
         self._models: dict[str, tuple[str, str, Any]] = {}
         adaptation = self.profile.adaptation        # an adapted profile maps as its target does
@@ -261,7 +264,8 @@ class Estimator:
 
     def group_model(self, table: KernelTable, kind: str, rows: np.ndarray, from_memory: bool | None = None) -> Any:
         """The layer model that predicts the kernels ``rows`` (all of kind ``kind``) of
-        ``table``: the kind's model, at least their weight bytes over the profile's weight
+        ``table``: the kind's model plus the time to read their weights again where the
+        profile measured it (``weight_rereads``), at least their weight bytes over the profile's weight
         bandwidth where ``from_memory`` (None: where :meth:`reads_weights_from_memory`
         says so for ``table``'s network), plus the profile's cost of the layers fused into
         each of them and its per-kernel overhead (:mod:`annette_torch.layer_models.fused_layers`),
@@ -273,6 +277,8 @@ class Estimator:
         type_name, _, model = self.layer_model(kind)
         if from_memory is None:
             from_memory = self.table_reads_weights_from_memory(table)
+        if self._rereads is not None:
+            model = RereadWeights(model, self._rereads, self._weight_bits)
         if from_memory:
             model = WeightsFromMemory(model, self.profile.weight_bandwidth_bytes_s, self._weight_bits)
         costs = self.profile.fused_cost_s_per_elem

@@ -303,6 +303,74 @@ def test_a_network_within_the_profiles_weight_cache_reads_its_weights_from_cache
         load_profile(tmp_path / "broken.json")
 
 
+def test_every_kernel_of_a_network_reads_again_its_weights_up_to_the_l2_size(tmp_path):
+    """With ``weight_rereads``, a kernel takes its weight bytes (at most ``up_to_bytes``)
+    over the rate on top of its model's time; ``weights_from_memory=False`` (a benchmark in
+    a loop) leaves it out; the field saves, loads and is checked."""
+    from torch import nn
+
+    from annette_torch.layer_models.weights_from_memory import WeightRereads
+    from annette_torch.profiles import Profile
+
+    roof = RefinedRoofline(peak_ops_s=1e11, bandwidth_bytes_s=1e11)
+    profile = Profile(name="synthetic", fingerprint={"backend": "none", "device": "none", "runtime_version": "0",
+                                                     "threads": 1, "precision": "f32"},
+                      layer_models={"roofline": {"default": roof}},
+                      weight_rereads=WeightRereads(bytes_s=1e10, up_to_bytes=2 ** 20))
+    est, plain = Estimator(profile), Estimator(profile, weights_from_memory=False)
+    conv = trace(nn.Conv2d(64, 64, 3, padding=1, bias=False), input_shape=(1, 64, 56, 56))   # 144 KiB of weights
+    fc = trace(nn.Linear(4096, 4096), input_shape=(1, 4096))                                   # 64 MiB
+    assert est(conv) == pytest.approx(plain(conv) + 64 * 64 * 9 * 4 / 1e10 * 1e3)
+    assert est(fc) == pytest.approx(plain(fc) + 2 ** 20 / 1e10 * 1e3)
+    path = profile.save(tmp_path / "synthetic.json")
+    assert load_profile(path).weight_rereads == WeightRereads(1e10, 2 ** 20)
+    data = json.loads(Path(path).read_text())
+    data["weight_rereads"]["bytes_s"] = 0
+    (tmp_path / "broken.json").write_text(json.dumps(data))
+    with pytest.raises(ProfileError, match="weight_rereads.bytes_s"):
+        load_profile(tmp_path / "broken.json")
+
+
+def test_rereads_fit_finds_the_shared_rate_beside_each_networks_level():
+    """Kernels of three networks measured at 0.9, 1.0 and 1.25 of their estimates plus
+    their weights (up to 1 MiB) at 20 GB/s, a few of them disturbed: the fit returns the
+    rate and the levels; kernels that took no time for their weights are an error."""
+    from annette_torch.calibration.weight_rereads import fit_rereads
+
+    rng = np.random.default_rng(0)
+    networks, levels = [], (0.9, 1.0, 1.25)
+    for level in levels:
+        estimate, weights = rng.uniform(0.01, 2.0, 60), rng.uniform(1e3, 3e6, 60)
+        measured = level * estimate + np.minimum(weights, 2 ** 20) / 2e10 * 1e3
+        measured[:3] *= 1.5                                  # disturbed kernels
+        networks.append((estimate, measured, weights))
+    fitted_levels, rate = fit_rereads(networks, 2 ** 20)
+    assert rate == pytest.approx(2e10, rel=0.02)
+    assert fitted_levels == pytest.approx(levels, abs=0.01)
+    with pytest.raises(ValueError, match="no time for re-reading"):
+        fit_rereads([(e, 1.1 * e, w) for e, _, w in networks], 2 ** 20)
+
+
+def test_fit_gives_the_profile_the_rereads_measured_into_its_store(tmp_path, fitted):
+    """A store folder's ``weight_rereads.json`` becomes the fitted profile's
+    ``weight_rereads``, its record the fit metrics'; a store without one gives none."""
+    import shutil
+
+    from annette_torch.calibration.weight_rereads import save_rereads
+    from annette_torch.layer_models.weights_from_memory import WeightRereads
+
+    if TORCH_STORE is None:
+        pytest.skip("no committed torch-cpu store under calibration/data")
+    store = shutil.copytree(TORCH_STORE, tmp_path / TORCH_STORE.name)
+    save_rereads(store, {"bytes_s": 1.7e10, "up_to_bytes": 2.0 ** 20, "kernels": 520, "passes": 3,
+                         "profile": "torch-cpu", "measured_utc": "2026-12-07T05:44:50+00:00",
+                         "networks": [{"network": "torchvision:resnet101", "kernels": 105, "level": 1.07}]})
+    profile = fit_profile(store, first=QUICK)
+    assert profile.weight_rereads == WeightRereads(1.7e10, 2.0 ** 20)
+    assert profile.fit_metrics["weight_rereads"]["networks"][0]["network"] == "torchvision:resnet101"
+    assert fitted[0].weight_rereads is None and "weight_rereads" not in fitted[0].fit_metrics
+
+
 def test_weight_cache_fit_splits_batch_one_linears_by_their_networks_weights():
     """Benchmarks up to 10 MiB of weights read them at 50 GB/s, from 20 MiB at 20 GB/s:
     the cache is the geometric middle, 14.1 MiB; equal rates fit no cache."""

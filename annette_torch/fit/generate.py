@@ -34,7 +34,10 @@ Steps (each in its own module):
 7. the rate at which weights arrive from memory (:mod:`.weights`): in a real network a
    kernel's weights were evicted from the caches by the rest of the network since the
    last inference, so a kernel takes at least its weight bytes over that rate; fitted on
-   the fully connected benchmarks whose weights outgrow the caches;
+   the fully connected benchmarks whose weights outgrow the caches; where the store holds
+   re-reads measured in context (``weight_rereads.json``,
+   :mod:`annette_torch.calibration.weight_rereads`), the profile takes them: every kernel of
+   a network then also takes the time to read again the weights a benchmark kept cached;
 8. a training store (``torch-cpu-train``: kernels are forward + backward passes) also
    holds optimizer-step timings; their per-tensor and per-element terms become the
    profile's ``training`` field (:mod:`annette_torch.training.optimizers`).
@@ -60,6 +63,7 @@ import numpy as np
 import pandas as pd
 
 from ..calibration.store import StoreError
+from ..calibration.weight_rereads import stored_rereads
 from ..estimator import Estimator
 from ..kinds import FEATURES, PRODUCT_KINDS
 from ..layer_models import LayerModel, RefinedRoofline
@@ -404,7 +408,11 @@ def fit_profile(store_folder: str | os.PathLike, name: str | None = None, seed: 
                for kind, fit in sorted(final.fits.items())})
     training = _training(store_folder)
     notes = list(NOTES) + ([TRAINING_NOTE] if training else [])
-    profile = _profile(name, data, final, metrics, notes, training)
+    rereads = stored_rereads(store_folder)
+    if rereads is not None:
+        metrics["weight_rereads"] = {k: v for k, v in rereads[1].items() if k not in ("bytes_s", "up_to_bytes")}
+    profile = dataclasses.replace(_profile(name, data, final, metrics, notes, training),
+                                  weight_rereads=None if rereads is None else rereads[0])
     return profile if with_statistical else without_unreached_statistical(profile)
 
 

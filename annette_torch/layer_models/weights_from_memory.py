@@ -16,6 +16,15 @@ where the floor said 0.22): the floor applies only to
 networks holding more weight bytes than the profile's ``weight_cache_bytes``, fitted
 from the store (:func:`annette_torch.fit.weights.fit_weight_cache`); the estimator
 decides per network (:meth:`annette_torch.Estimator.reads_weights_from_memory`).
+
+Below the floor the same eviction costs time too: a conv whose weights a benchmark kept in
+the L2 cache reads them again at every inference of a network, and that traffic adds to
+its compute rather than hiding under it (on the profiles' Zen 4, RegNetX-400MF's 400-to-400
+1x1 convs, 625 KB of weights each, ran 1.22-1.33 times their benchmark-fitted estimate in
+context, its 4 KB ones 0.8-1.0 times). :class:`RereadWeights` adds that time,
+``min(weight bytes, up_to_bytes) / bytes_s``, in every network: the profile's
+``weight_rereads``, measured in context (:mod:`annette_torch.calibration.weight_rereads`).
+Weights beyond ``up_to_bytes`` (the L2 size) a benchmark already read from further away.
 """
 from __future__ import annotations
 
@@ -24,7 +33,27 @@ from typing import Any
 
 import numpy as np
 
+from ..validation import DataError, number
 from .base import COLUMN, LayerModel
+
+
+@dataclass(frozen=True)
+class WeightRereads:
+    """A network re-reads each kernel's weights, up to ``up_to_bytes`` of them, at
+    ``bytes_s`` at every inference."""
+
+    bytes_s: float
+    up_to_bytes: float
+
+    def to_dict(self) -> dict:
+        return {"bytes_s": self.bytes_s, "up_to_bytes": self.up_to_bytes}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> WeightRereads:
+        if not isinstance(data, dict):
+            raise DataError(f"weight_rereads: expected an object with bytes_s and up_to_bytes, got {data!r}")
+        return cls(number(data.get("bytes_s"), "weight_rereads.bytes_s", low=0, low_open=True),
+                   number(data.get("up_to_bytes"), "weight_rereads.up_to_bytes", low=0, low_open=True))
 
 
 @dataclass
@@ -47,6 +76,27 @@ class WeightsFromMemory(LayerModel):
         seconds, compute = self.inner.predict(features, xp)
         floor = self.weight_seconds(features)
         return xp.maximum(seconds, floor), compute & (seconds >= floor)
+
+    def bytes_moved(self, features: Any) -> Any:
+        return self.inner.bytes_moved(features)
+
+
+@dataclass
+class RereadWeights(LayerModel):
+    """``inner``'s time plus the time to read the kernel's weights again (``rereads``)."""
+
+    inner: LayerModel
+    rereads: WeightRereads
+    bit_weights: int = 32
+
+    @property
+    def type_name(self) -> str:     # what answered: the wrapped model's type
+        return self.inner.type_name
+
+    def predict(self, features: Any, xp: Any = np) -> tuple[Any, Any]:
+        seconds, compute = self.inner.predict(features, xp)
+        weight_bytes = features[:, COLUMN["weight_elems"]] * (self.bit_weights / 8.0)
+        return seconds + xp.minimum(weight_bytes, self.rereads.up_to_bytes) / self.rereads.bytes_s, compute
 
     def bytes_moved(self, features: Any) -> Any:
         return self.inner.bytes_moved(features)

@@ -16,6 +16,8 @@ when the profile has tree ensembles, their arrays in a numpy ``.npz`` file besid
                                                 # (optional; see layer_models.weights_from_memory)
       "weight_cache_bytes": 1.5e7,              # ... unless the network holds at most this many
                                                 # bytes of weights: then they stay cached (optional)
+      "weight_rereads": {"bytes_s": 1.6e10,     # every network re-reads each kernel's weights, up
+                         "up_to_bytes": 1048576},  # to this many bytes, at this rate (optional)
       "fused_cost_s_per_elem": {"silu": 2e-10},  # per output element, per fused layer kind
                                                 # (optional; see layer_models.fused_layers)
       "training": {"optimizer_step": {"sgd": {"per_tensor_ms": 0.004, "per_element_ns": 0.3}}},
@@ -109,6 +111,7 @@ from ..validation import DataError, boolean, number, read_bytes, read_json, text
 from ..layer_models import LAYER_MODELS, LayerModel, layer_model_from_dict
 from ..layer_models.adapted import Adaptation
 from ..layer_models.corrected import PriorCorrection
+from ..layer_models.weights_from_memory import WeightRereads
 from ..kinds import FEATURES
 from ..mapping import ELEMENTWISE_SUBGRAPH, Counting, FusionRule
 
@@ -171,6 +174,7 @@ class Profile:
     kernel_overhead_ms: float = 0.0
     weight_bandwidth_bytes_s: float | None = None
     weight_cache_bytes: float | None = None     # networks with at most these weight bytes read them from cache
+    weight_rereads: WeightRereads | None = None  # what re-reading weights a benchmark kept cached costs in a network
     fused_cost_s_per_elem: dict[str, float] = field(default_factory=dict)
     optimizes_graph: bool = False
     removes_dead_code: bool | None = None   # None: as optimizes_graph
@@ -231,6 +235,7 @@ class Profile:
             "overhead_ms": self.overhead_ms, "kernel_overhead_ms": self.kernel_overhead_ms,
             "weight_bandwidth_bytes_s": self.weight_bandwidth_bytes_s,
             **({"weight_cache_bytes": self.weight_cache_bytes} if self.weight_cache_bytes is not None else {}),
+            **({"weight_rereads": self.weight_rereads.to_dict()} if self.weight_rereads is not None else {}),
             "fused_cost_s_per_elem": dict(self.fused_cost_s_per_elem),
             "optimizes_graph": self.optimizes_graph,
             **({"removes_dead_code": self.removes_dead_code} if self.removes_dead_code is not None else {}),
@@ -368,10 +373,11 @@ class Profile:
         training = data.get("training")
         if training is not None:
             _check_training(training, fail)
-        counting, adaptation, correction = (_optional_field(data, name, build, source)
-                                            for name, build in (("counting", Counting.from_dict),
-                                                                ("adaptation", Adaptation.from_dict),
-                                                                ("correction", PriorCorrection.from_dict)))
+        counting, adaptation, correction, rereads = (_optional_field(data, name, build, source)
+                                                     for name, build in (("counting", Counting.from_dict),
+                                                                         ("adaptation", Adaptation.from_dict),
+                                                                         ("correction", PriorCorrection.from_dict),
+                                                                         ("weight_rereads", WeightRereads.from_dict)))
         for name, kind in (("description", str), ("fit_metrics", dict), ("notes", list)):
             if data.get(name) is not None and not isinstance(data[name], kind):
                 raise fail(name, f"expected {'a string' if kind is str else 'an object' if kind is dict else 'a list'}, "
@@ -379,7 +385,7 @@ class Profile:
         return cls(name=text(data["name"], "field 'name'"), fingerprint=dict(data["fingerprint"]),
                    layer_models=models, model_preference=tuple(preference), mapping=tuple(rules), overhead_ms=overhead,
                    kernel_overhead_ms=per_kernel, weight_bandwidth_bytes_s=bandwidth,
-                   weight_cache_bytes=weight_cache,
+                   weight_cache_bytes=weight_cache, weight_rereads=rereads,
                    fused_cost_s_per_elem={str(k): v for k, v in fused_costs.items()},
                    optimizes_graph=folds, removes_dead_code=dead, removes_identity_slices=identity_slices,
                    folds_layout_transposes=layout_transposes, splits_shuffles_in_place=shuffle_splits,
