@@ -92,3 +92,18 @@ for backend in openvino-cpu onnxruntime-cpu torch-cpu; do
     calibrate --backend "$backend" --sweep calibration/rows-of-full-2026-12-07.csv --threads 1
 done
 calibrate --backend openvino-cpu --sweep calibration/rows-of-full-2026-12-07.csv --threads 2
+# 2026-12-07 (session 33, the profiles' Zen 4): calibration/data-candidate-2026-12-07-zen4 is the openvino-cpu store
+# measured in one window on 2026-12-06 02:27-03:01 UTC (3,387 of full's benchmarks in its fixed order and the 73 of
+# transformer: calibrate --backend openvino-cpu --sweep full --minutes 33, then --sweep transformer; until this session
+# calibration/data-refresh-2026-12-06-zen4), with full's 45 channel_shuffle rows, the 713 benchmarks of full's
+# small-kernel families it lacked (its activations, norms, pools and detection kinds had too few rows for a learned
+# model), and the weight re-reads measured in context into it; not fitted into a shipped profile
+# (docs/accuracy.md, session 33)
+candidate=calibration/data-candidate-2026-12-07-zen4
+for sweep in calibration/rows-of-full-2026-12-07.csv calibration/rows-of-full-2026-12-07-s33.csv; do
+    annette-torch calibrate --out "$candidate" --statistic median --drift none --backend openvino-cpu --sweep "$sweep" --threads 1
+done
+annette-torch fit --data "$candidate"/openvino-cpu-1t-* --out /tmp/candidate --name openvino-cpu   # before weight_rereads.json was written
+annette-torch calibrate --backend openvino-cpu --threads 1 --out "$candidate" --repeats 20 --profile /tmp/candidate/openvino-cpu.json \
+    --weight-rereads torchvision:regnet_x_800mf torchvision:efficientnet_b1 torchvision:mnasnet0_5 torchvision:regnet_y_800mf \
+    torchvision:resnet101 timm:efficientnet_b2

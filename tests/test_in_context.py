@@ -258,3 +258,14 @@ def test_calibrate_for_defaults_to_the_ground_truths_protocol_and_a_campaign_kee
                      "--minutes", "0.01", "--repeats", "2", "--warmup", "1"]) == 0
     record = json.loads((next(campaign.iterdir()) / "protocol.json").read_text())
     assert (record["drift"], record.get("across_rounds", "pool")) == ("none", "pool")
+
+
+def test_calibrate_weight_rereads_needs_a_store_and_runs_on_its_own(tmp_path, capsys):
+    """``calibrate --weight-rereads`` writes into an existing store of the machine's
+    backend, and names what it cannot be combined with."""
+    assert cli_main(["calibrate", "--backend", "torch-cpu", "--weight-rereads", "torchvision:resnet18",
+                     "--out", str(tmp_path)]) == 2
+    assert "not a store of this machine's torch-cpu: measure a sweep into it first" in capsys.readouterr().err
+    assert cli_main(["calibrate", "--backend", "torch-cpu", "--weight-rereads", "torchvision:resnet18",
+                     "--sweep", "smoke", "--out", str(tmp_path)]) == 2
+    assert "leave out --sweep" in capsys.readouterr().err

@@ -4,18 +4,18 @@ A calibration benchmark runs one layer in a loop, so a kernel's weights that fit
 cache stay there; inside a network the other layers evict them and every inference reads
 them again, and that traffic adds to the kernel's time
 (:mod:`annette_torch.layer_models.weights_from_memory`). :func:`measure_weight_rereads`
-profiles a few networks per layer on the machine (networks the accuracy benchmark does not
-score), ties their runtime kernels to the profile's estimates (as ``calibrate --for``
+profiles a few networks per layer on the machine (networks the profile will not be scored
+on), ties their runtime kernels to the profile's estimates (as ``calibrate --for``
 does) and fits, over the kernels that hold weights,
 
     measured / estimate = level + min(weight bytes, L2 size) / bytes_s / estimate
 
 robustly: ``level``, one per network, takes the machine's speed when it was profiled (the
 store may have been measured in another hour), ``bytes_s``, shared, the re-read rate. On
-the profiles' Zen 4 six networks gave 16.0-18.9 GB/s from single passes a minute apart,
-where their levels moved by up to 0.35. The result goes into the store
-folder as ``weight_rereads.json``; ``annette-torch fit`` gives the profile it fits on that
-store its ``weight_rereads`` (:func:`stored_rereads`).
+the profiles' Zen 4 six networks gave 16.9-23.2 GB/s in four runs within half an hour,
+while their levels moved by up to 0.35 between passes. The result goes into the store
+folder as ``weight_rereads.json`` (written whole or not at all); ``annette-torch fit``
+gives the profile it fits on that store its ``weight_rereads`` (:func:`stored_rereads`).
 """
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ..atomic import atomic_path
 from ..layer_models.base import COLUMN
 from ..layer_models.weights_from_memory import WeightRereads
 from ..validation import DataError, read_json
@@ -113,7 +114,8 @@ def measure_weight_rereads(backend: Any, profile: Any, specs: Sequence[str], pas
 def save_rereads(folder: str | os.PathLike, summary: dict[str, Any]) -> Path:
     """Write ``summary`` (:func:`measure_weight_rereads`) into the store folder ``folder``."""
     path = Path(folder) / FILE
-    path.write_text(json.dumps(summary, indent=1) + "\n")
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(summary, indent=1) + "\n")
     return path
 
 
