@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from ..validation import DataError, number
-from .base import COLUMN, LayerModel
+from .base import COLUMN, WrappedLayerModel
 
 
 @dataclass(frozen=True)
@@ -57,16 +57,11 @@ class WeightRereads:
 
 
 @dataclass
-class WeightsFromMemory(LayerModel):
+class WeightsFromMemory(WrappedLayerModel):
     """``inner``'s time, but at least the kernel's weight bytes / ``bandwidth_bytes_s``."""
 
-    inner: LayerModel
     bandwidth_bytes_s: float
     bit_weights: int = 32
-
-    @property
-    def type_name(self) -> str:     # what answered: the wrapped model's type
-        return self.inner.type_name
 
     def weight_seconds(self, features: Any) -> Any:
         """Seconds to read each kernel's weights from memory."""
@@ -77,26 +72,15 @@ class WeightsFromMemory(LayerModel):
         floor = self.weight_seconds(features)
         return xp.maximum(seconds, floor), compute & (seconds >= floor)
 
-    def bytes_moved(self, features: Any) -> Any:
-        return self.inner.bytes_moved(features)
-
 
 @dataclass
-class RereadWeights(LayerModel):
+class RereadWeights(WrappedLayerModel):
     """``inner``'s time plus the time to read the kernel's weights again (``rereads``)."""
 
-    inner: LayerModel
     rereads: WeightRereads
     bit_weights: int = 32
-
-    @property
-    def type_name(self) -> str:     # what answered: the wrapped model's type
-        return self.inner.type_name
 
     def predict(self, features: Any, xp: Any = np) -> tuple[Any, Any]:
         seconds, compute = self.inner.predict(features, xp)
         weight_bytes = features[:, COLUMN["weight_elems"]] * (self.bit_weights / 8.0)
         return seconds + xp.minimum(weight_bytes, self.rereads.up_to_bytes) / self.rereads.bytes_s, compute
-
-    def bytes_moved(self, features: Any) -> Any:
-        return self.inner.bytes_moved(features)
