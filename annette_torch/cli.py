@@ -660,7 +660,7 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--weight-rereads", nargs="+", metavar="MODEL",
                      help="profile these networks per layer and measure what re-reading the weights a one-layer "
                           "benchmark kept cached costs in them, into the store under --out (weight_rereads.json; "
-                          "fit gives the profile that term); networks the accuracy benchmark does not score")
+                          "fit gives the profile that term); networks you will not score the profile on")
     cal.add_argument("--profile", help="with --for or --weight-rereads: the profile whose kernels the table is keyed "
                                        "by, or whose estimates the re-reads are fitted against (default: the "
                                        "built-in profile of the backend, threads and precision)")
