@@ -107,3 +107,13 @@ annette-torch fit --data "$candidate"/openvino-cpu-1t-* --out /tmp/candidate --n
 annette-torch calibrate --backend openvino-cpu --threads 1 --out "$candidate" --repeats 20 --profile /tmp/candidate/openvino-cpu.json \
     --weight-rereads torchvision:regnet_x_800mf torchvision:efficientnet_b1 torchvision:mnasnet0_5 torchvision:regnet_y_800mf \
     torchvision:resnet101 timm:efficientnet_b2
+# 2026-12-07 (session 34, the profiles' Zen 4): openvino-cpu's 1-thread store in calibration/data measured anew in one
+# window (full and transformer, 06:53-08:18 UTC), then the weight re-reads into it against a fit of it (08:21), as
+# benchmarks/results/rerun-2026-12-07-s34/window.sh ran them into a fresh folder that then replaced calibration/data's
+# store; the store the lines above built (measured from 2026-11-29 over several days) is in
+# calibration/data-2026-11-29-zen4. On calibration/data the lines above now measure nothing new for it
+# (docs/accuracy.md, session 34)
+annette-torch fit --data calibration/data/openvino-cpu-1t-* --out /tmp/before-rereads --name openvino-cpu
+annette-torch calibrate --backend openvino-cpu --threads 1 --out calibration/data --repeats 20 \
+    --profile /tmp/before-rereads/openvino-cpu.json --weight-rereads torchvision:regnet_x_800mf torchvision:efficientnet_b1 torchvision:mnasnet0_5 torchvision:regnet_y_800mf \
+    torchvision:resnet101 timm:efficientnet_b2

@@ -83,4 +83,4 @@ class RereadWeights(WrappedLayerModel):
     def predict(self, features: Any, xp: Any = np) -> tuple[Any, Any]:
         seconds, compute = self.inner.predict(features, xp)
         weight_bytes = features[:, COLUMN["weight_elems"]] * (self.bit_weights / 8.0)
-        return seconds + xp.minimum(weight_bytes, self.rereads.up_to_bytes) / self.rereads.bytes_s, compute
+        return seconds + xp.clip(weight_bytes, 0.0, self.rereads.up_to_bytes) / self.rereads.bytes_s, compute
