@@ -424,7 +424,7 @@ def _calibrate_rereads(args: argparse.Namespace) -> int:
     from .backends import get_backend
     from .calibration.in_context import profile_for
     from .calibration.store import fingerprint_folder
-    from .calibration.weight_rereads import measure_weight_rereads, save_rereads
+    from .calibration.weight_rereads import PASSES, measure_weight_rereads, save_rereads
 
     backend = get_backend(args.backend, threads=args.threads, precision=args.precision)
     folder = Path(args.out) / fingerprint_folder(backend.fingerprint())
@@ -433,7 +433,7 @@ def _calibrate_rereads(args: argparse.Namespace) -> int:
                          f"(calibrate --backend {args.backend} --sweep quick --out {args.out})")
     profile = args.profile or profile_for(backend)
     print(f"profiling {len(args.weight_rereads)} network(s) per layer on {args.backend}, {args.warmup} warm-up and "
-          f"{args.repeats} profiled inferences, three times; estimates of {profile}")
+          f"{args.repeats} profiled inferences, {PASSES} times; estimates of {profile}")
     _print_machine(args.threads)
     summary = measure_weight_rereads(backend, profile, args.weight_rereads, warmup=args.warmup, repeats=args.repeats)
     for row in summary["networks"]:

@@ -159,7 +159,8 @@ class Estimator:
         self.use_mapping = use_mapping
         self.weights_from_memory = weights_from_memory and self.profile.weight_bandwidth_bytes_s is not None
         self._rereads = self.profile.weight_rereads if weights_from_memory else None
-        self._weight_bits = getattr(self.profile.layer_models.get("roofline", {}).get("default"), "bit_weights", 32)
+        #: bits per weight the profile's roofline counts (32 unless it says otherwise)
+        self.weight_bits = getattr(self.profile.layer_models.get("roofline", {}).get("default"), "bit_weights", 32)
         self._models: dict[str, tuple[str, str, Any]] = {}
         adaptation = self.profile.adaptation        # an adapted profile maps as its target does
         rules = self.profile.mapping if adaptation is None else adaptation.rules(self.profile.mapping)
@@ -243,7 +244,7 @@ class Estimator:
         if not self.weights_from_memory:
             return math.inf
         cache = self.profile.weight_cache_bytes
-        return None if cache is None else cache / (self._weight_bits / 8.0)
+        return None if cache is None else cache / (self.weight_bits / 8.0)
 
     def reads_weights_from_memory(self, weight_elems: float) -> bool:
         """Whether a network of ``weight_elems`` weight elements reads its weights from
@@ -278,9 +279,9 @@ class Estimator:
         if from_memory is None:
             from_memory = self.table_reads_weights_from_memory(table)
         if self._rereads is not None:
-            model = RereadWeights(model, self._rereads, self._weight_bits)
+            model = RereadWeights(model, self._rereads, self.weight_bits)
         if from_memory:
-            model = WeightsFromMemory(model, self.profile.weight_bandwidth_bytes_s, self._weight_bits)
+            model = WeightsFromMemory(model, self.profile.weight_bandwidth_bytes_s, self.weight_bits)
         costs = self.profile.fused_cost_s_per_elem
         per_elem = np.array([sum(costs.get(k, 0.0) for k in table.layer_kinds[r][1:]) for r in rows])
         if per_elem.any() or self.profile.kernel_overhead_ms:
@@ -464,7 +465,7 @@ class Estimator:
         weight_elems = self.weight_elems(table)
         frame.attrs.update(total_ms=times.total_ms,
                            overhead_ms=self.profile.overhead_ms, profile=self.profile.name,
-                           model=graph.model_name, weight_bytes=weight_elems * self._weight_bits / 8.0,
+                           model=graph.model_name, weight_bytes=weight_elems * self.weight_bits / 8.0,
                            weights_from_memory=self.reads_weights_from_memory(weight_elems),
                            weight_cache_bytes=self.profile.weight_cache_bytes if self.weights_from_memory else None)
         return frame

@@ -269,3 +269,35 @@ def test_calibrate_weight_rereads_needs_a_store_and_runs_on_its_own(tmp_path, ca
     assert cli_main(["calibrate", "--backend", "torch-cpu", "--weight-rereads", "torchvision:resnet18",
                      "--sweep", "smoke", "--out", str(tmp_path)]) == 2
     assert "leave out --sweep" in capsys.readouterr().err
+
+
+def test_weight_rereads_profile_an_onnx_file_and_name_what_they_cannot_measure(models, tmp_path, monkeypatch):
+    """``measure_weight_rereads`` profiles an ONNX file on an ONNX backend and fits the
+    kernels that hold weights; on torch it says the backend cannot run the file, as
+    ``calibrate --for`` does before measuring anything, and a
+    token-input model is refused as one the backends cannot feed."""
+    import importlib.util
+
+    from annette_torch.backends import get_backend
+    from annette_torch.backends.base import export_onnx
+    from annette_torch.calibration import weight_rereads
+
+    spec = importlib.util.spec_from_file_location("models", models)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    path = str(export_onnx(module.two_blocks().eval(), SHAPE, tmp_path / "two_blocks.onnx"))
+    fitted = []
+    monkeypatch.setattr(weight_rereads, "fit_rereads", lambda rows, up_to: fitted.append(rows) or ([1.0], 1e10))
+    summary = weight_rereads.measure_weight_rereads(get_backend("onnxruntime-cpu"), "onnxruntime-cpu", [path],
+                                                    passes=1, warmup=1, repeats=2)
+    (estimated_ms, measured_ms, weight_bytes), = fitted[0]
+    assert summary["networks"][0]["network"] == path and summary["kernels"] == len(weight_bytes) >= 4
+    assert (weight_bytes > 0).all() and (measured_ms > 0).all() and (estimated_ms > 0).all()
+    with pytest.raises(ValueError, match="torch-cpu cannot run an ONNX file"):
+        weight_rereads.measure_weight_rereads(get_backend("torch-cpu"), "torch-cpu", [path], passes=1, warmup=1,
+                                              repeats=2)
+    with pytest.raises(ValueError, match="calibrate --for: torch-cpu cannot run an ONNX file"):
+        calibrate_for([path], "torch-cpu", tmp_path / "table")
+    pytest.importorskip("transformers")
+    with pytest.raises(ValueError, match="calibrate --weight-rereads measures networks of one float input"):
+        weight_rereads.measure_weight_rereads(get_backend("onnxruntime-cpu"), "onnxruntime-cpu", ["hf:GPT2Config"])

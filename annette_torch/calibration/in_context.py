@@ -211,16 +211,21 @@ def _onnx_profile(backend: OnnxBackend, path: str, graph: LayerGraph, warmup: in
 
 
 @dataclass
-class _Network:
+class Network:
+    """A network to measure in context: its name, its traced graph, and the torch module
+    or (for an ONNX file, ``module`` None) the file's path."""
+
     name: str
     graph: LayerGraph
-    module: Any          # None for an ONNX file
-    path: str | None     # the ONNX file
+    module: Any
+    path: str | None
 
 
-def _resolve(spec: str, input_shape: tuple[int, ...] | None) -> _Network:
-    """The network a spec names, traced at ``input_shape`` (default: its own); backends
-    feed one float input, so models with several inputs or token ids are refused."""
+def resolve_network(spec: str, input_shape: tuple[int, ...] | None = None,
+                    command: str = "calibrate --for") -> Network:
+    """The network a spec names (as ``annette-torch estimate`` takes them), traced once at
+    ``input_shape`` (default: its own); backends feed one float input, so models with
+    several inputs or token ids are refused with a ``ValueError`` naming ``command``."""
     from ..models_source import resolve_model
 
     resolved = resolve_model(spec, input_shape)
@@ -229,15 +234,34 @@ def _resolve(spec: str, input_shape: tuple[int, ...] | None) -> _Network:
     else:
         shapes = [tuple(input_shape)] if input_shape else list(resolved.input_shapes)
         if len(shapes) != 1 or resolved.token_inputs or resolved.input_dtype != torch.float32:
-            raise ValueError(f"{spec}: calibrate --for measures networks of one float input (what the backends "
+            raise ValueError(f"{spec}: {command} measures networks of one float input (what the backends "
                              f"feed); give --input-shape for one, e.g. 1,3,224,224")
         with torch_threads(1):
             graph = trace(resolved.module, input_shape=shapes[0], name=resolved.name)
         module = resolved.module
     if len(graph.input_shapes) != 1:
-        raise ValueError(f"{spec}: calibrate --for measures networks of one input; this one has "
+        raise ValueError(f"{spec}: {command} measures networks of one input; this one has "
                          f"{len(graph.input_shapes)}")
-    return _Network(resolved.name, graph, module, spec if module is None else None)
+    return Network(resolved.name, graph, module, spec if module is None else None)
+
+
+def check_runnable(backend: Backend, networks: Sequence[Network], command: str = "calibrate --for") -> None:
+    """``ValueError`` naming the ONNX files among ``networks`` where ``backend`` runs torch
+    modules only."""
+    files = [net.name for net in networks if net.module is None]
+    if files and not isinstance(backend, OnnxBackend):
+        raise ValueError(f"{command}: {backend.name} cannot run an ONNX file ({', '.join(files)}); use an ONNX "
+                         f"backend (onnxruntime-cpu, openvino-cpu)")
+
+
+def profile_network(backend: Backend, net: Network, warmup: int, repeats: int) -> Profiled:
+    """One per-layer profile of ``net`` on ``backend`` (its kernels tied to the graph's
+    layers) and its end-to-end latency; an ONNX file needs an ONNX backend
+    (:func:`check_runnable`)."""
+    if net.module is None:
+        return _onnx_profile(backend, net.path, net.graph, warmup, repeats)
+    return backend.profile(net.module, net.graph.input_shapes[0], [layer.module_path for layer in net.graph.layers],
+                           warmup=warmup, repeats=repeats)
 
 
 @contextlib.contextmanager
@@ -292,7 +316,8 @@ def calibrate_for(specs: Sequence[str], backend_name: str, out: str | os.PathLik
     if differ:
         raise ValueError(f"profile {estimator.profile.name!r} describes another {', '.join(differ)} than "
                          f"{backend_name} with {threads} thread(s) and {backend.precision}")
-    networks = [_resolve(spec, input_shape) for spec in specs]
+    networks = [resolve_network(spec, input_shape) for spec in specs]
+    check_runnable(backend, networks)
     files = [net.name for net in networks if net.module is None]
     if method == "end-to-end" and files:
         raise ValueError(f"calibrate --for --method end-to-end times networks built in torch; {', '.join(files)}: "
@@ -302,7 +327,7 @@ def calibrate_for(specs: Sequence[str], backend_name: str, out: str | os.PathLik
             return _end_to_end(networks, backend, estimator, folder, record, protocol, progress)
         known = MeasuredKernels.load(folder).times_ms
         summary = InContextSummary(folder)
-        todo: dict[str, _Network] = {}
+        todo: dict[str, Network] = {}
         scheduled = set(known)
         for net in networks:
             table = estimator.kernel_table(net.graph)
@@ -316,16 +341,8 @@ def calibrate_for(specs: Sequence[str], backend_name: str, out: str | os.PathLik
             return summary
 
         def measure(name: str) -> Profiled:
-            net = todo[name]
             try:
-                if net.module is None:
-                    if not isinstance(backend, OnnxBackend):
-                        raise ItemFailed(f"{backend_name} cannot run an ONNX file; use an ONNX backend "
-                                         f"(onnxruntime-cpu, openvino-cpu)")
-                    return _onnx_profile(backend, net.path, net.graph, protocol.warmup, protocol.repeats)
-                return backend.profile(net.module, net.graph.input_shapes[0],
-                                       [layer.module_path for layer in net.graph.layers],
-                                       warmup=protocol.warmup, repeats=protocol.repeats)
+                return profile_network(backend, todo[name], protocol.warmup, protocol.repeats)
             except BackendError as error:
                 raise ItemFailed(str(error)) from error
 
@@ -358,7 +375,7 @@ def calibrate_for(specs: Sequence[str], backend_name: str, out: str | os.PathLik
     return summary
 
 
-def _end_to_end(networks: list[_Network], backend: Backend, estimator: Estimator, folder: Path,
+def _end_to_end(networks: list[Network], backend: Backend, estimator: Estimator, folder: Path,
                 record: dict[str, Any], protocol: Protocol, progress: bool) -> InContextSummary:
     """Time ``networks`` end to end into the table ``folder``'s ``networks.csv`` (each row
     as soon as it is measured), then fit the kernels of every network recorded there and
@@ -392,7 +409,7 @@ def _end_to_end(networks: list[_Network], backend: Backend, estimator: Estimator
     return summary
 
 
-def _kernel_rows(net: _Network, profiled: Profiled, estimator: Estimator, known: dict[str, float],
+def _kernel_rows(net: Network, profiled: Profiled, estimator: Estimator, known: dict[str, float],
                  statistic: str, output_reorders: str = "",
                  end_to_end_ms: float | None = None) -> tuple[NetworkResult, list[dict[str, Any]]]:
     """The network's result and the table rows of its kernels not in ``known``

@@ -29,8 +29,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..atomic import atomic_path
-from ..layer_models.base import COLUMN
-from ..layer_models.weights_from_memory import WeightRereads
+from ..layer_models.weights_from_memory import WeightRereads, weight_bytes
 from ..validation import DataError, read_json
 
 #: the file in a store folder that holds the measured re-reads
@@ -38,6 +37,8 @@ FILE = "weight_rereads.json"
 #: a fitted rate above this (bytes/s; faster than any cache) means the kernels took no time
 #: for their weights
 MAX_RATE = 1e13
+#: how many interleaved passes over the networks :func:`measure_weight_rereads` profiles
+PASSES = 3
 
 
 def fit_rereads(networks: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]],
@@ -64,16 +65,17 @@ def fit_rereads(networks: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]],
     return [float(v) for v in fitted[:n]], float(1e9 / ms_per_mb)
 
 
-def measure_weight_rereads(backend: Any, profile: Any, specs: Sequence[str], passes: int = 3,
+def measure_weight_rereads(backend: Any, profile: Any, specs: Sequence[str], passes: int = PASSES,
                            warmup: int = 5, repeats: int = 20) -> dict[str, Any]:
-    """Profile the networks ``specs`` (``torchvision:NAME``, ``timm:NAME``, ...) per layer on
-    ``backend`` ``passes`` times, interleaved, and fit the re-read rate of their kernels'
-    weights against ``profile``'s estimates made without re-reads or the weights-from-memory
-    floor (median per kernel over the passes). Returns what :func:`save_rereads` writes:
-    the rate, the L2 size it applies up to, and per network its kernels and level."""
+    """Profile the networks ``specs`` (``torchvision:NAME``, ``timm:NAME``, an ONNX file,
+    ...; one float input each) per layer on ``backend`` ``passes`` times, interleaved, and
+    fit the re-read rate of their kernels' weights against ``profile``'s estimates made
+    without re-reads or the weights-from-memory floor (median per kernel over the passes).
+    Returns what :func:`save_rereads` writes: the rate, the L2 size it applies up to, and
+    per network its kernels and level. ``ValueError`` names a network that cannot be
+    measured so (several or non-float inputs, an ONNX file on a torch backend)."""
     from ..estimator import Estimator
-    from ..models_source import resolve_model, trace_model
-    from .in_context import tie_kernels
+    from .in_context import check_runnable, profile_network, resolve_network, tie_kernels
     from .matcher import match_kernels
 
     estimator = Estimator(profile, weights_from_memory=False)
@@ -81,25 +83,23 @@ def measure_weight_rereads(backend: Any, profile: Any, specs: Sequence[str], pas
     if not up_to:
         raise DataError(f"profile {estimator.profile.name!r} records no L2 size (fingerprint cpu_id.l2_bytes): "
                         f"re-reads are measured for CPU profiles")
-    bits = getattr(estimator.profile.layer_models.get("roofline", {}).get("default"), "bit_weights", 32)
     networks = []
     for spec in specs:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            graph = trace_model(spec, None)
-        times = estimator.kernel_times(graph)
-        weights = times.table.features[:, COLUMN["weight_elems"]] * (bits / 8.0)
-        networks.append((spec, resolve_model(spec), graph, times, weights, []))
+            net = resolve_network(spec, command="calibrate --weight-rereads")
+        times = estimator.kernel_times(net.graph)
+        networks.append((spec, net, times, weight_bytes(times.table.features, estimator.weight_bits), []))
+    check_runnable(backend, [net for _, net, *_ in networks], "calibrate --weight-rereads")
     for _ in range(passes):
-        for spec, resolved, graph, times, _, tied in networks:
+        for _, net, times, _, tied in networks:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                profiled = backend.profile(resolved.module.eval(), resolved.input_shapes[0],
-                                           [layer.module_path for layer in graph.layers], warmup=warmup, repeats=repeats)
-            tied.append(tie_kernels(times.table, match_kernels(graph, profiled.kernels), times.time_ms,
+                profiled = profile_network(backend, net, warmup, repeats)
+            tied.append(tie_kernels(times.table, match_kernels(net.graph, profiled.kernels), times.time_ms,
                                     backend.output_reorders)[0])
     rows = []
-    for _, _, _, times, weights, tied in networks:
+    for _, _, times, weights, tied in networks:
         measured = np.median(np.vstack(tied), axis=0)
         keep = (weights > 0) & ~np.isnan(measured) & (times.time_ms > 0)
         rows.append((times.time_ms[keep], measured[keep], weights[keep]))

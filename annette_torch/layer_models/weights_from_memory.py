@@ -37,6 +37,11 @@ from ..validation import DataError, number
 from .base import COLUMN, WrappedLayerModel
 
 
+def weight_bytes(features: Any, bit_weights: int) -> Any:
+    """The weight bytes of each kernel of a feature matrix, at ``bit_weights`` per weight."""
+    return features[:, COLUMN["weight_elems"]] * (bit_weights / 8.0)
+
+
 @dataclass(frozen=True)
 class WeightRereads:
     """A network re-reads each kernel's weights, up to ``up_to_bytes`` of them, at
@@ -65,7 +70,7 @@ class WeightsFromMemory(WrappedLayerModel):
 
     def weight_seconds(self, features: Any) -> Any:
         """Seconds to read each kernel's weights from memory."""
-        return features[:, COLUMN["weight_elems"]] * (self.bit_weights / 8.0) / self.bandwidth_bytes_s
+        return weight_bytes(features, self.bit_weights) / self.bandwidth_bytes_s
 
     def predict(self, features: Any, xp: Any = np) -> tuple[Any, Any]:
         seconds, compute = self.inner.predict(features, xp)
@@ -82,5 +87,5 @@ class RereadWeights(WrappedLayerModel):
 
     def predict(self, features: Any, xp: Any = np) -> tuple[Any, Any]:
         seconds, compute = self.inner.predict(features, xp)
-        weight_bytes = features[:, COLUMN["weight_elems"]] * (self.bit_weights / 8.0)
-        return seconds + xp.clip(weight_bytes, 0.0, self.rereads.up_to_bytes) / self.rereads.bytes_s, compute
+        reread = xp.clip(weight_bytes(features, self.bit_weights), 0.0, self.rereads.up_to_bytes)
+        return seconds + reread / self.rereads.bytes_s, compute

@@ -37,7 +37,7 @@ def group_model(self, table, kind, rows, from_memory=None):
         from_memory = self.table_reads_weights_from_memory(table)
     model = shipped_group_model(self, table, kind, rows, from_memory)
     if not from_memory and C:
-        model = weights_from_memory.WeightsFromMemory(model, self.profile.weight_bandwidth_bytes_s, self._weight_bits)
+        model = weights_from_memory.WeightsFromMemory(model, self.profile.weight_bandwidth_bytes_s, self.weight_bits)
         model.cached = True
     return model
 
