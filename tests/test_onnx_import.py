@@ -233,3 +233,31 @@ def test_an_exported_embedding_is_the_embedding_kind_reading_the_rows_it_gathers
     assert lookup.counts.stored_weight_elems == 5000 * 32
     assert [layer.kind for layer in graph if layer.kind == "slice"], "x[:, 0] of an activation stays a slice"
     assert annette_torch.Estimator("openvino-cpu")(graph) > 0
+
+
+class Softmaxes(nn.Module):
+    """Softmaxes along the last axis, along channels, and along channels of a 1x1 map."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.channels = nn.Softmax(dim=1)
+
+    def forward(self, x):
+        return x.softmax(-1), self.channels(x), torch.softmax(x.mean((2, 3), keepdim=True), dim=1)
+
+
+def test_a_softmax_along_a_strided_axis_is_its_own_kind_in_both_tracers(tmp_path):
+    """A softmax along adjacent elements is ``softmax``; along a map's channels (a strided
+    axis, which ONNX Runtime runs 100 times slower per element) ``softmax_strided``, in the
+    torch tracer and the ONNX importer alike; a profile fitted with one softmax model
+    answers both with it."""
+    from annette_torch.profiles import load_profile
+
+    model = Softmaxes().eval()
+    traced = annette_torch.trace(model, input_shape=(1, 4, 8, 8))
+    imported = import_onnx(export(model, (1, 4, 8, 8), tmp_path / "softmaxes.onnx"))
+    for graph in (traced, imported):
+        assert [layer.kind for layer in graph if "softmax" in layer.kind] == ["softmax", "softmax_strided", "softmax"]
+    profile = load_profile("openvino-cpu")
+    assert "softmax_strided" not in profile.layer_models["mixed"]
+    assert profile.model_for("softmax_strided")[1:] == profile.model_for("softmax")[1:]

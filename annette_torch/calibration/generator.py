@@ -55,7 +55,8 @@ ACTIVATIONS: dict[str, Callable[[], nn.Module]] = {
     "relu": nn.ReLU, "relu6": nn.ReLU6, "leaky_relu": lambda: nn.LeakyReLU(0.1), "elu": nn.ELU,
     "gelu": nn.GELU, "silu": nn.SiLU, "sigmoid": nn.Sigmoid, "tanh": nn.Tanh,
     "hardswish": nn.Hardswish, "hardsigmoid": nn.Hardsigmoid, "prelu": nn.PReLU,
-    "softmax": lambda: nn.Softmax(dim=1),
+    "softmax": lambda: nn.Softmax(dim=1),          # along the channels of a map: softmax_strided
+    "softmax_last": lambda: nn.Softmax(dim=-1),    # along the last axis, as attention's: softmax
 }
 TRAINING_FAMILIES = ("stem",)   # meaningful for training passes only
 NORMS = ("batchnorm", "layernorm", "groupnorm", "instancenorm", "rmsnorm")

@@ -52,6 +52,7 @@ from onnx import TensorProto, helper, numpy_helper, shape_inference
 from onnx.reference import ReferenceEvaluator
 
 from ..kinds import KINDS, kind_for_onnx, layer_counts
+from ..kinds.activation import reduces_contiguous
 from ..validation import regular_file
 from ..kinds.registry import Shape, numel
 from .errors import TraceError, first_line
@@ -481,6 +482,13 @@ def _pad(view: _NodeView) -> dict:
 
 
 #: Attribute readers per ONNX op type, in the keys the torch side uses; other ops: {}.
+def _softmax(view: _NodeView) -> dict:
+    """The softmax's axis (opset 13 and later: default the last) and whether it reduces
+    over a strided axis (the ``softmax_strided`` kind)."""
+    axis = view.attr("axis", -1)
+    return {"dim": axis, "strided": not reduces_contiguous(axis, view.input_shape(0))}
+
+
 _ATTRS: dict[str, Callable[[_NodeView], dict]] = {
     "Conv": _conv,
     "ConvTranspose": lambda view: _conv(view, transposed=True),
@@ -500,6 +508,8 @@ _ATTRS: dict[str, Callable[[_NodeView], dict]] = {
     "Resize": _resize,
     "Upsample": _resize,
     "Pad": _pad,
+    "Softmax": _softmax,
+    "LogSoftmax": _softmax,
 }
 
 

@@ -104,7 +104,7 @@ def build_layer(record: CallRecord, classified: tuple[LayerKind, dict] | None = 
             if parent not in parents:
                 parents.append(parent)
     return Layer(
-        name=record.name, kind=kind.resolve_operands(attrs, is_weight), op=op_label(record.target),
+        name=record.name, kind=kind.resolve_operands(attrs, is_weight, in_shapes), op=op_label(record.target),
         module_path=record.module_path, input_shapes=tuple(in_shapes),
         output_shapes=tuple(out_shapes), attrs=attrs, parents=tuple(parents), counts=counts,
         reads_input=any(src == () for _, src in record.inputs),

@@ -108,7 +108,7 @@ class MatMul(LayerKind):
         # addmm/baddbmm take (bias, a, b): the last two are the matrix operands.
         return in_shapes[-2], in_shapes[-1]
 
-    def resolve_operands(self, attrs, is_weight):
+    def resolve_operands(self, attrs, is_weight, in_shapes=()):
         """``linear`` when the right operand is a weight and the left one is not: HF GPT-2's
         ``Conv1D`` (``addmm(bias, x, weight)``), which exporters write as a Gemm and the
         runtimes run as a fully connected layer."""

@@ -97,9 +97,10 @@ class LayerKind:
         """The kind name to record; a kind may specialise itself (conv -> depthwise_conv)."""
         return self.name
 
-    def resolve_operands(self, attrs: dict[str, Any], is_weight: Sequence[bool]) -> str:
+    def resolve_operands(self, attrs: dict[str, Any], is_weight: Sequence[bool],
+                         in_shapes: Sequence[Shape] = ()) -> str:
         """The kind name to record given which tensor operands are weights (parameters or
-        constants); by default :meth:`resolve`."""
+        constants) and the operands' shapes; by default :meth:`resolve`."""
         return self.resolve(attrs)
 
     def count_ops(self, attrs: dict, in_shapes: list[Shape], out_shapes: list[Shape]) -> float:

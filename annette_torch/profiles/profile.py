@@ -153,12 +153,14 @@ def _optional_field(data: dict, name: str, build, source: str):
 #: multiply's model first: an add's, fitted on the 1-5 µs adds too, charges a subgraph
 #: holding a GELU as compute-bound (FastViT's stem add + GELU: 1.14 ms, the multiply's 0.48,
 #: 0.08 measured in context). A channel shuffle is a transpose where a runtime has no kernel
-#: of its own for it.
+#: of its own for it. A softmax along adjacent elements and one along a strided axis stand
+#: in for each other (profiles fitted before session 35 have one softmax, on strided rows).
 STAND_INS: dict[str, tuple[str, ...]] = {ELEMENTWISE_SUBGRAPH: ("mul", "add"), "unary": ("mul", "add"),
                                          "div": ("mul", "sub"), "compare": ("sub", "mul"),
                                          "clamp": ("relu6", "relu"), "einsum": ("matmul",),
                                          "embedding": ("slice", "concat"), "reduce": ("global_avg_pool",),
-                                         "channel_shuffle": ("permute",)}
+                                         "channel_shuffle": ("permute",),
+                                         "softmax": ("softmax_strided",), "softmax_strided": ("softmax",)}
 
 
 @dataclass
