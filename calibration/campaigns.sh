@@ -117,3 +117,10 @@ annette-torch fit --data calibration/data/openvino-cpu-1t-* --out /tmp/before-re
 annette-torch calibrate --backend openvino-cpu --threads 1 --out calibration/data --repeats 20 \
     --profile /tmp/before-rereads/openvino-cpu.json --weight-rereads torchvision:regnet_x_800mf torchvision:efficientnet_b1 torchvision:mnasnet0_5 torchvision:regnet_y_800mf \
     torchvision:resnet101 timm:efficientnet_b2
+# 2026-12-07 (session 35, the profiles' Zen 4): full's 36 softmax_last rows (softmax along the last axis, as attention's;
+# the activation row's softmax is along channels, softmax_strided) into the onnxruntime-cpu store, and its profile refitted.
+# The file lists exactly those benchmarks of full. The `--sweep full` that measured them (10:10-10:12 UTC) also measured the
+# 177 rows of full held back from that store (session 26's pooled heads and language-model heads, session 23's branch
+# sums); refitted with them it scored worse again, so they were moved into calibration/data-held-back-2026-12-07-zen4
+# by benchmark id (docs/accuracy.md, session 35)
+calibrate --backend onnxruntime-cpu --sweep calibration/rows-of-full-2026-12-07-s35.csv --threads 1

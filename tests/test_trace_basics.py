@@ -236,7 +236,8 @@ ACTIVATIONS = [
     (nn.LeakyReLU(0.1), F.leaky_relu, "leaky_relu"), (nn.SiLU(), F.silu, "silu"),
     (nn.Hardswish(), F.hardswish, "hardswish"), (nn.Hardsigmoid(), F.hardsigmoid, "hardsigmoid"),
     (nn.Sigmoid(), torch.sigmoid, "sigmoid"), (nn.GELU(), F.gelu, "gelu"), (nn.Tanh(), torch.tanh, "tanh"),
-    (nn.Softmax(dim=1), lambda x: F.softmax(x, dim=1), "softmax"),
+    (nn.Softmax(dim=-1), lambda x: F.softmax(x, dim=-1), "softmax"),
+    (nn.Softmax(dim=1), lambda x: F.softmax(x, dim=1), "softmax_strided"),   # along the channels of a map
 ]
 
 

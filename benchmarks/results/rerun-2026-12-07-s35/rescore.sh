@@ -2,8 +2,8 @@
 # Session 35: the onnxruntime-cpu profile shipped before it (commit 469a779) against the fit of its store with the 36
 # softmaxes along the last axis (attention's; `calibrate --sweep full` after the rows were appended, 10:10-10:12 UTC;
 # since session 35 the shipped profile), scored on the three committed onnxruntime-cpu ground truths of the profiles'
-# Zen 4 (the third, with timm and mbv2, measured in session 35). The same run measured 177 more rows the store lacked
-# (pooled heads, linears, branch sums); they are in calibration/data-2026-12-07-ort-left-out/ (rescore-left-out.txt).
+# Zen 4 (the third, with timm and mbv2, measured in session 35). The same run measured the 177 rows of full held back
+# from that store (sessions 23 and 26); they are in calibration/data-held-back-2026-12-07-zen4/ (rescore-left-out.txt).
 # Measures nothing; the fit takes about 4 minutes unless FIT_DIR holds it. From the repository root:
 #   bash benchmarks/results/rerun-2026-12-07-s35/rescore.sh [FIT_DIR] > benchmarks/results/rerun-2026-12-07-s35/rescore.txt
 set -euo pipefail
