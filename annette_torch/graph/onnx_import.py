@@ -481,7 +481,6 @@ def _pad(view: _NodeView) -> dict:
     return {"padding": tuple(torch_order)}
 
 
-#: Attribute readers per ONNX op type, in the keys the torch side uses; other ops: {}.
 def _softmax(view: _NodeView) -> dict:
     """The softmax's axis (opset 13 and later: default the last) and whether it reduces
     over a strided axis (the ``softmax_strided`` kind)."""
@@ -489,6 +488,7 @@ def _softmax(view: _NodeView) -> dict:
     return {"dim": axis, "strided": not reduces_contiguous(axis, view.input_shape(0))}
 
 
+#: Attribute readers per ONNX op type, in the keys the torch side uses; other ops: {}.
 _ATTRS: dict[str, Callable[[_NodeView], dict]] = {
     "Conv": _conv,
     "ConvTranspose": lambda view: _conv(view, transposed=True),

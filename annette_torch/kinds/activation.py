@@ -132,7 +132,7 @@ def reduces_contiguous(dim: int | None, shape: Sequence[int]) -> bool:
     if rank == 0:
         return True
     if dim is None:
-        dim = 0 if rank in (0, 1, 3) else 1
+        dim = 0 if rank in (1, 3) else 1
     return all(size == 1 for size in shape[int(dim) % rank + 1:])
 
 
