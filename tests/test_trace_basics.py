@@ -858,3 +858,13 @@ def test_counting_all_taps_round_trips_and_names_a_bad_entry():
                 {"all_taps": [{"kind": "conv", "condition": [{"attr": "padding"}]}]}):
         with pytest.raises(ValueError, match="counting.all_taps"):
             Counting.from_dict(bad)
+
+
+def test_a_batch_norm_counts_its_channels_in_dim_1_at_every_rank():
+    """A batch norm's channels are dim 1: on ``(N, C)`` (LeViT's flattened tokens) one map
+    of N positions, on ``(N, C, L)`` N maps of L positions (not L channels)."""
+    net = nn.Sequential(nn.BatchNorm1d(8))
+    tokens = traced(net, (196, 8)).layers[0].counts.dims
+    sequences = traced(net, (2, 8, 50)).layers[0].counts.dims
+    assert (tokens["n"], tokens["h"], tokens["w"], tokens["c"]) == (1, 196, 1, 8)
+    assert (sequences["n"], sequences["h"], sequences["w"], sequences["c"]) == (2, 50, 1, 8)

@@ -31,6 +31,17 @@ class BatchNorm(SameShapeKind):
     def count_ops(self, attrs, in_shapes, out_shapes):
         return 2.0 * numel(out_shapes[0])
 
+    def dims(self, attrs, in_shapes, out_shapes):
+        """Channels are dim 1 at every rank: ``(N, C)`` (LeViT's batch norm on its flattened
+        tokens) is one map of N positions, as the calibration's maps are, not N images of
+        one position; ``(N, C, L)`` is N maps of L positions."""
+        shape = out_shapes[0] if out_shapes else ()
+        if len(shape) == 2:
+            return {"n": 1, "h": shape[0], "w": 1, "c": shape[1], "f": shape[1]}
+        if len(shape) == 3:
+            return {"n": shape[0], "h": shape[2], "w": 1, "c": shape[1], "f": shape[1]}
+        return super().dims(attrs, in_shapes, out_shapes)
+
 
 @register_kind
 class LayerNorm(SameShapeKind):
