@@ -53,12 +53,17 @@ def models(tmp_path):
     return path
 
 
-def _graph(models, name):
+def _model(models, name):
+    """The network ``name`` of the models file, built, in eval mode."""
     import importlib.util
     spec = importlib.util.spec_from_file_location("models", models)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return trace(getattr(module, name)().eval(), input_shape=SHAPE, name=name)
+    return getattr(module, name)().eval()
+
+
+def _graph(models, name):
+    return trace(_model(models, name), input_shape=SHAPE, name=name)
 
 
 def _rows(folder):
@@ -276,16 +281,11 @@ def test_weight_rereads_profile_an_onnx_file_and_name_what_they_cannot_measure(m
     kernels that hold weights; on torch it says the backend cannot run the file, as
     ``calibrate --for`` does before measuring anything, and a
     token-input model is refused as one the backends cannot feed."""
-    import importlib.util
-
     from annette_torch.backends import get_backend
     from annette_torch.backends.base import export_onnx
     from annette_torch.calibration import weight_rereads
 
-    spec = importlib.util.spec_from_file_location("models", models)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    path = str(export_onnx(module.two_blocks().eval(), SHAPE, tmp_path / "two_blocks.onnx"))
+    path = str(export_onnx(_model(models, "two_blocks"), SHAPE, tmp_path / "two_blocks.onnx"))
     fitted = []
     monkeypatch.setattr(weight_rereads, "fit_rereads", lambda rows, up_to: fitted.append(rows) or ([1.0], 1e10))
     summary = weight_rereads.measure_weight_rereads(get_backend("onnxruntime-cpu"), "onnxruntime-cpu", [path],
