@@ -124,3 +124,7 @@ annette-torch calibrate --backend openvino-cpu --threads 1 --out calibration/dat
 # sums); refitted with them it scored worse again, so they were moved into calibration/data-held-back-2026-12-07-zen4
 # by benchmark id (docs/accuracy.md, session 35)
 calibrate --backend onnxruntime-cpu --sweep calibration/rows-of-full-2026-12-07-s35.csv --threads 1
+# 2026-12-07 (session 36, the profiles' Zen 4): full's 59 residual_in_context rows (a ResNet block between 1x1 convs, where
+# ONNX Runtime's NCHWc conv takes the residual add in) into the onnxruntime-cpu store (12:33 UTC), the file listing
+# exactly those benchmarks of full; the profiles refitted with the fusion learner's new clauses (docs/accuracy.md)
+calibrate --backend onnxruntime-cpu --sweep calibration/rows-of-full-2026-12-07-s36.csv --threads 1

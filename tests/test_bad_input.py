@@ -159,6 +159,7 @@ def test_a_clause_ordering_a_text_attribute_does_not_hold():
     from annette_torch.mapping.rules import Clause
     layer = type("L", (), {"attrs": {"padding": "same"}, "counts": type("C", (), {"dims": {}})()})()
     assert not Clause("primary", "padding", "<", 2).holds(layer, layer)
+    assert not Clause("primary", "padding", "multiple of", 2).holds(layer, layer)
 
 
 def test_model_state_warning_is_silent_for_eval_f32_models_and_training_profiles():

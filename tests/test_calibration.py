@@ -597,6 +597,46 @@ def test_onnxruntime_fusion_claims_follow_tensors_and_stop_at_claimed_nodes():
     assert set(claims["/fc/MatMul/MatMulAddFusion"]) == {"/fc/MatMul", "/fc/Add"}
 
 
+def test_an_nchwc_conv_named_after_its_conv_claims_the_add_it_sums_and_the_activation_it_applies():
+    """ONNX Runtime 1.32 names a ResNet block's second NCHWc conv after the conv's output,
+    sums the skip in as its fourth input and applies the block's ReLU; the add and ReLU
+    are gone from the optimized graph. A hard swish in a conv likewise."""
+    from onnx import helper
+
+    from annette_torch.backends.onnxruntime_cpu import fused_originals
+
+    def graph(nodes):
+        return helper.make_graph(nodes, "g", [], [])
+
+    original = graph([
+        helper.make_node("Conv", ["input", "w0"], ["/stem/Conv_output_0"], name="/stem/Conv"),
+        helper.make_node("HardSwish", ["/stem/Conv_output_0"], ["/act0/HardSwish_output_0"], name="/act0/HardSwish"),
+        helper.make_node("Conv", ["/act0/HardSwish_output_0", "w2"], ["/conv2/Conv_output_0"], name="/conv2/Conv"),
+        helper.make_node("Add", ["/conv2/Conv_output_0", "/act0/HardSwish_output_0"], ["/add/Add_output_0"],
+                         name="/add/Add"),
+        helper.make_node("Relu", ["/add/Add_output_0"], ["/act2/Relu_output_0"], name="/act2/Relu"),
+        helper.make_node("Conv", ["/act2/Relu_output_0", "w3"], ["out"], name="/tail/Conv"),
+    ])
+    nchwc = "com.microsoft.nchwc"
+    optimized = graph([
+        helper.make_node("ReorderInput", ["input"], ["t0"], name="ReorderInput", domain=nchwc),
+        helper.make_node("Conv", ["t0", "w0"], ["t1"], name="/stem/Conv_output_0_nchwc", domain=nchwc,
+                         activation="HardSwish"),
+        helper.make_node("Conv", ["t1", "w2", "b", "t1"], ["t2"], name="/conv2/Conv_output_0_nchwc", domain=nchwc,
+                         activation="Relu"),
+        helper.make_node("Conv", ["t2", "w3"], ["t3"], name="out_nchwc", domain=nchwc),
+        helper.make_node("ReorderOutput", ["t3"], ["out"], name="ReorderOutput", domain=nchwc),
+    ])
+    claims = fused_originals(original, optimized)
+    assert set(claims["/stem/Conv_output_0_nchwc"]) == {"/stem/Conv", "/act0/HardSwish"}
+    assert set(claims["/conv2/Conv_output_0_nchwc"]) == {"/conv2/Conv", "/add/Add", "/act2/Relu"}
+    assert claims["out_nchwc"] == ("/tail/Conv",)
+    # without the sum input the add is not the conv's: the walk stops before it
+    optimized.node[2].input.pop()
+    claims = fused_originals(original, optimized)
+    assert claims["/conv2/Conv_output_0_nchwc"] == ("/conv2/Conv",)
+
+
 def test_torch_cuda_is_skipped_cleanly_without_a_gpu():
     import torch
 

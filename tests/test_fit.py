@@ -151,6 +151,21 @@ def test_a_split_whose_leaves_decide_alike_is_one_rule_not_two():
     assert decision.how == "condition" and decision.errors == 1
 
 
+def test_the_learner_splits_on_channel_multiples_and_on_whether_the_network_returns_the_layer():
+    """ONNX Runtime's NCHWc convs take a hard swish in when their input channels are a
+    multiple of 4 and the network does not return the activation: a threshold on c cannot
+    say that, the learner's clauses can."""
+    c = np.array([8, 12, 16, 20, 24, 28, 32, 48, 64, 96, 9, 13, 18, 22, 45, 90, 16, 32, 48, 64])
+    returned = np.array([0] * 16 + [1] * 4)
+    fused = ((c % 4 == 0) & (returned == 0)).astype(int)
+    x = pd.DataFrame({"primary.c": c.astype(float), "primary.c multiple of 4": (c % 4 == 0).astype(float),
+                      "secondary.returned": returned.astype(float)})
+    decision = decide_pair("conv", "hardswish", x, fused)
+    assert decision.how == "condition" and decision.errors == 0 and len(decision.rules) == 1
+    assert set(decision.rules[0].condition) == {Clause("primary", "c", "multiple of", 4),
+                                                Clause("secondary", "returned", "==", False)}
+
+
 @pytest.fixture(scope="module")
 def fitted(tmp_path_factory):
     """The committed torch-cpu quick sweep (the store's first 254 benchmarks; campaigns

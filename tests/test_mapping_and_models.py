@@ -92,6 +92,29 @@ def test_condition_blocks_fusion_and_no_rules_means_one_kernel_per_layer():
     assert len(unfused) == len(graph) and set(unfused.fusion) == {"not-fused"}
 
 
+def test_a_rule_can_ask_for_a_channel_multiple_and_whether_the_network_returns_the_layer():
+    """ONNX Runtime runs a hard swish inside its NCHWc conv: the conv's input channels a
+    multiple of 4, and not where the network returns the activation."""
+    from annette_torch.mapping import RETURNED, Clause
+    rule = FusionRule.from_dict({"primary": "conv", "secondary": "hardswish", "condition": [
+        {"layer": "primary", "attr": "c", "op": "multiple of", "value": 4},
+        {"layer": "secondary", "attr": RETURNED, "op": "==", "value": False}]})
+    assert rule.condition[0] == Clause("primary", "c", "multiple of", 4)
+
+    def kernels(c, tail):
+        layers = [nn.Conv2d(c, 16, 3, padding=1), nn.Hardswish()] + ([nn.Conv2d(16, 8, 1)] if tail else [])
+        graph = trace(nn.Sequential(*layers).eval(), input_shape=(1, c, 8, 8))
+        return map_kernels(graph, (rule,)).layers
+
+    assert kernels(20, tail=True)[0] == ("_0", "_1")            # fused
+    assert kernels(18, tail=True)[0] == ("_0",)                # 18 channels: no NCHWc conv
+    assert kernels(20, tail=False)[0] == ("_0",)               # the returned activation runs on its own
+    with pytest.raises(ValueError, match="positive integer"):
+        Clause("primary", "c", "multiple of", 0)
+    with pytest.raises(ValueError, match="positive integer"):
+        Clause("primary", "c", "not multiple of", 2.5)
+
+
 def test_layer_with_two_consumers_is_not_fused():
     class Fork(nn.Module):
         def __init__(self):

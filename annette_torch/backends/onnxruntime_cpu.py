@@ -7,9 +7,12 @@ original node it is named after (``/conv/Conv``, ``/fc/MatMul/MatMulAddFusion``,
 ``<tensor>_nchwc`` for the NCHWc layout's convolutions) together with the vanished original nodes behind the tensors it
 produces (a ReLU fused into ``FusedConv``), found by walking back over original nodes
 no earlier kernel has claimed, up to and including the first conv or matmul (an
-activation before a conv is never fused into it). Layout reorders claim nothing. A new
-node that is neither (a part of a decomposed op) counts for the original node whose
-output it leads to.
+activation before a conv is never fused into it). An NCHWc conv named after its conv's
+output also computes, forward from there, the residual Add it sums its fourth input
+into and the activation its ``activation`` attribute names (a ResNet block's add and
+ReLU, a MobileNetV3 conv's hard swish). Layout reorders claim nothing. A new node that
+is neither (a part of a decomposed op) counts for the original node whose output it
+leads to.
 """
 from __future__ import annotations
 
@@ -28,6 +31,7 @@ if TYPE_CHECKING:
 from .base import KernelRecord, OnnxBackend, input_list, register_backend
 
 _NCHWC_SUFFIX = "_nchwc"
+_NCHWC_DOMAIN = "com.microsoft.nchwc"
 _LAYOUT_OPS = frozenset({"ReorderInput", "ReorderOutput"})
 _COMPUTE_OPS = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm"})
 _DECOMPOSITION_DEPTH = 3
@@ -126,6 +130,10 @@ def fused_originals(original: onnx.GraphProto, optimized: onnx.GraphProto) -> di
     for node in optimized.node:
         for tensor in node.input:
             consumers.setdefault(tensor, []).append(node)
+    original_consumers: dict[str, list[onnx.NodeProto]] = {}
+    for node in original.node:
+        for tensor in node.input:
+            original_consumers.setdefault(tensor, []).append(node)
     claimed: set[str] = set()
     result = {}
     for position, node in enumerate(optimized.node):
@@ -152,10 +160,35 @@ def fused_originals(original: onnx.GraphProto, optimized: onnx.GraphProto) -> di
             names.append(candidate.name)
             if candidate.op_type not in _COMPUTE_OPS:   # post-ops lead back to their conv / gemm, not past it
                 stack.extend(producer[t] for t in candidate.input if t in producer)
+        named = node.name[: -len(_NCHWC_SUFFIX)] if node.name.endswith(_NCHWC_SUFFIX) else ""
+        for later in _nchwc_post_ops(node, named, producer, surviving, original_consumers):
+            if later.name not in claimed:
+                claimed.add(later.name)
+                names.append(later.name)
         if not names:
             names = list(_decomposed_from(node, consumers, producer))
         result[key] = tuple(names)
     return result
+
+
+def _nchwc_post_ops(node: onnx.NodeProto, anchor: str, producer: dict, surviving: set[str],
+                    original_consumers: dict[str, list[onnx.NodeProto]]) -> list[onnx.NodeProto]:
+    """The original nodes after its conv that an NCHWc conv named after the conv's output
+    (``anchor``) computes: the Add it sums its fourth input into, then the activation its
+    attribute names (a ResNet block's residual add and ReLU; a conv's hard swish), each
+    the only reader of what came before it and gone from the optimized graph."""
+    if node.domain != _NCHWC_DOMAIN or node.op_type != "Conv" or getattr(producer.get(anchor), "op_type", "") != "Conv":
+        return []
+    wanted = ["Add"] if len(node.input) > 3 and node.input[3] else []
+    wanted += [a.s.decode() for a in node.attribute if a.name == "activation"]
+    found, tensors = [], [anchor]
+    for op_type in wanted:
+        readers = [n for t in tensors for n in original_consumers.get(t, ())]
+        if len(readers) != 1 or readers[0].op_type != op_type or readers[0].name in surviving:
+            break
+        found.append(readers[0])
+        tensors = list(readers[0].output)
+    return found
 
 
 def _unnamed_key(position: int) -> str:

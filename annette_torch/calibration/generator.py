@@ -12,7 +12,8 @@ Multi-layer families (the paper's Fig. 4 chains, to learn what the target fuses)
 ``conv_chain`` (conv → [bn] → [act] → [pool]), ``residual``, ``dw_separable``,
 ``branch_concat``, ``mlp``.
 Context families (layers as real networks hold them, read from a conv's output):
-``conv_in_context`` (``conv_chain`` after a 1x1 conv), ``conv_pool`` (overlapping
+``conv_in_context`` (``conv_chain`` after a 1x1 conv), ``residual_in_context``
+(``residual``'s block between 1x1 convs), ``conv_pool`` (overlapping
 pools), ``squeeze_excite``, ``pooled_head`` (a classifier head's 1x1 conv on the pooled
 map), ``dense_layer`` (concat and pre-activation BN-ReLU),
 ``attention`` (ViT), ``window_attention`` (Swin),
@@ -411,6 +412,30 @@ class _Residual(nn.Module):
 def residual(p: dict[str, Any]) -> tuple[nn.Module, tuple[int, ...]]:
     """A ResNet basic block: conv-bn-relu-conv-bn, add the input, then ``op`` (or none)."""
     return _Residual(p["c"], p["k"], p["op"]), (p["n"], p["c"], p["h"], p["w"])
+
+
+class _ResidualInContext(nn.Module):
+    """``residual``'s block between two 1x1 convs: its first conv and its skip read a conv's
+    output and its result feeds a conv, as in a network (the ``residual`` block's skip is
+    the network input and its result the network output, where ONNX Runtime's NCHWc convs
+    cannot take the add in)."""
+
+    def __init__(self, c: int, k: int, post: str) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(c, c, 1, bias=False)
+        self.block = _Residual(c, k, post)
+        self.tail = nn.Conv2d(c, c, 1, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.tail(self.block(self.stem(x)))
+
+
+@family("residual_in_context", ("h", "w", "c", "k"), {"op": "relu"},
+        lambda p: (2 * _stem_size(p, 0.0)[0] + 2 * _conv_size({**p, "f": p["c"], "stride": 1, "groups": 1})[0],
+                   float(p["n"] * p["c"] * p["h"] * p["w"])))
+def residual_in_context(p: dict[str, Any]) -> tuple[nn.Module, tuple[int, ...]]:
+    """``residual``'s block after a 1x1 conv and before another (:class:`_ResidualInContext`)."""
+    return _ResidualInContext(p["c"], p["k"], p["op"]), (p["n"], p["c"], p["h"], p["w"])
 
 
 @family("dw_separable", ("h", "w", "c", "f", "k"), {"stride": 1, "op": "relu6"},

@@ -16,11 +16,15 @@ Per (P kind, B kind) pair:
 
 * fused (almost) always: an unconditional rule ``P kind + B kind -> P kind``;
 * (almost) never: no rule;
-* in between: a small decision tree (depth 2) whose splits are :class:`Clause` s
-  (``<layer>.<attr> <= v`` or ``> v``) on the dimensions and attributes of P and B,
-  chosen by Gini gain; every leaf where fusion wins becomes one rule with its path as
-  the condition. The tree is kept only if it explains the examples better than the
-  majority decision; otherwise the majority decides.
+* in between: a small decision tree (depth 3) whose splits are :class:`Clause` s on the
+  dimensions and attributes of P and B (``<layer>.<attr> <= v`` or ``> v``; ``c``/``f``
+  ``multiple of`` 4, 8 or 16, the channel conditions of blocked layouts; whether the
+  network returns B's result and whether B reads the network's input), chosen by Gini
+  gain; every leaf where fusion wins becomes one rule with its path as the condition.
+  The tree is kept only if it explains the examples better than the majority decision;
+  otherwise the majority decides. (ONNX Runtime's residual add needs all three levels:
+  its NCHWc conv takes the add in when its input channels are a multiple of 4, the
+  network does not return the sum and its other operand is not the plain-layout input.)
 
 A kernel keeps its primary layer's dimensions, so a product layer (conv, linear,
 matmul) is never fused into a kernel of another kind: such a pair gets no rule (decision
@@ -40,16 +44,20 @@ import pandas as pd
 
 from ..graph import LayerGraph
 from ..kinds import PRODUCT_KINDS
-from ..mapping import Clause, FusionRule
+from ..mapping import READS_INPUT, RETURNED, Clause, FusionRule
 from .table import StoreData, layer_groups
 
 #: Attributes and dimensions a learned condition may test, on either layer.
 CONDITION_ATTRS = ("n", "h", "w", "c", "f", "kh", "kw", "stride", "groups", "padding", "dilation")
+#: Channel counts a learned condition may test for divisibility (blocked layouts: NCHW4c/8c/16c).
+MULTIPLE_ATTRS = ("c", "f")
+CHANNEL_BLOCKS = (4, 8, 16)
 
 
 def fusion_examples(data: StoreData, benchmarks=None) -> pd.DataFrame:
     """One row per fusable edge (see module doc): benchmark, primary and secondary layer
-    names and kinds, and ``fused``; ``benchmarks`` limits it to those ids."""
+    names and kinds, ``fused``, and ``returned`` (the names of the layers whose results
+    the benchmark returns, as the mapping counts them); ``benchmarks`` limits it to those ids."""
     groups = layer_groups(data.layers)
     rows = []
     for benchmark, graph in data.graphs.items():
@@ -57,6 +65,7 @@ def fusion_examples(data: StoreData, benchmarks=None) -> pd.DataFrame:
             continue
         folded = graph.folded        # constant or repeated layers: a compiler removes them, nothing fuses
         source, children = graph.see_through(folded)     # consumers as the mapping counts them
+        returned = frozenset(source.get(name, name) for name in graph.outputs or ())
         for layer in graph.layers:
             if layer.free or layer.name in folded or layer.name in source:
                 continue
@@ -69,8 +78,9 @@ def fusion_examples(data: StoreData, benchmarks=None) -> pd.DataFrame:
             own = groups.get((benchmark, layer.name))
             if primary is None or own is None:
                 continue
-            rows.append((benchmark, primary, graph[primary].kind, layer.name, layer.kind, own == primary))
-    return pd.DataFrame(rows, columns=["benchmark", "primary", "primary_kind", "secondary", "secondary_kind", "fused"])
+            rows.append((benchmark, primary, graph[primary].kind, layer.name, layer.kind, own == primary, returned))
+    return pd.DataFrame(rows, columns=["benchmark", "primary", "primary_kind", "secondary", "secondary_kind", "fused",
+                                       "returned"])
 
 
 def _scalar(layer, attr: str) -> float:
@@ -85,13 +95,37 @@ def _scalar(layer, attr: str) -> float:
 
 
 def condition_features(examples: pd.DataFrame, graphs: dict[str, LayerGraph]) -> pd.DataFrame:
-    """Per example, the value of every ``<primary|secondary>.<attr>`` in :data:`CONDITION_ATTRS`."""
+    """Per example, the value of every ``<primary|secondary>.<attr>`` in :data:`CONDITION_ATTRS`,
+    ``<role>.<attr> multiple of <m>`` for :data:`MULTIPLE_ATTRS` and :data:`CHANNEL_BLOCKS`
+    and ``secondary.returned`` and ``secondary.reads_input`` (1 or 0; NaN where the
+    attribute is not one number; the mapping never fuses into a returned layer, and
+    whether the primary reads the input is what its input channels say)."""
     columns = {}
     for role in ("primary", "secondary"):
         layers = [graphs[b][name] for b, name in zip(examples["benchmark"], examples[role])]
         for attr in CONDITION_ATTRS:
-            columns[f"{role}.{attr}"] = [_scalar(layer, attr) for layer in layers]
+            columns[f"{role}.{attr}"] = values = [_scalar(layer, attr) for layer in layers]
+            if attr in MULTIPLE_ATTRS:
+                for block in CHANNEL_BLOCKS:
+                    columns[f"{role}.{attr} multiple of {block}"] = [
+                        float(v % block == 0) if v.is_integer() else math.nan for v in values]
+    secondaries = [graphs[b][name] for b, name in zip(examples["benchmark"], examples["secondary"])]
+    columns[f"secondary.{RETURNED}"] = [float(layer.name in returned)
+                                        for layer, returned in zip(secondaries, examples["returned"])]
+    columns[f"secondary.{READS_INPUT}"] = [float(layer.reads_input) for layer in secondaries]
     return pd.DataFrame(columns, index=examples.index)
+
+
+def _split_clauses(column: str, value: float) -> tuple[Clause, Clause]:
+    """The clauses of the rows at or below ``value`` in ``column`` and of those above it."""
+    role, name = column.split(".", 1)
+    if name in (RETURNED, READS_INPUT):
+        return Clause(role, name, "==", False), Clause(role, name, "==", True)
+    if " multiple of " in name:
+        attr, block = name.split(" multiple of ")
+        return Clause(role, attr, "not multiple of", int(block)), Clause(role, attr, "multiple of", int(block))
+    value = int(value) if float(value).is_integer() else value
+    return Clause(role, name, "<=", value), Clause(role, name, ">", value)
 
 
 @dataclass(frozen=True)
@@ -134,27 +168,41 @@ def _best_split(x: pd.DataFrame, y: np.ndarray, min_leaf: int) -> tuple[str, flo
     return best
 
 
+def _narrowed(path: tuple[Clause, ...], clause: Clause) -> tuple[Clause, ...]:
+    """``path`` and ``clause``, without the earlier bound on the same attribute in the same
+    direction that ``clause`` narrows (``h <= 10 and h <= 8`` is ``h <= 8``)."""
+    if clause.op not in ("<=", ">"):
+        return path + (clause,)
+    kept = tuple(c for c in path if (c.layer, c.attr, c.op) != (clause.layer, clause.attr, clause.op))
+    return kept + (clause,)
+
+
 def _grow(x: pd.DataFrame, y: np.ndarray, path: tuple[Clause, ...], depth: int,
           min_leaf: int) -> list[tuple[tuple[Clause, ...], np.ndarray]]:
     """Leaves (condition path, labels) of a depth-limited tree of clause splits. A split
-    whose leaves all decide alike is undone: it changes no decision, and kept it would
+    that decides no more examples right than its node's majority is undone: it fits an
+    exception rather than a condition, or its leaves all decide alike and kept it would
     print one rule as two (``c > 11 and c <= 67``, ``c > 11 and c > 67``)."""
     split = _best_split(x, y, min_leaf) if depth > 0 and 0 < y.sum() < len(y) else None
     if split is None:
         return [(path, y)]
     column, value = split
-    role, attr = column.split(".", 1)
-    value = int(value) if float(value).is_integer() else value
+    at_most, above = _split_clauses(column, value)
     left = x[column].to_numpy() <= value
-    leaves = (_grow(x[left], y[left], path + (Clause(role, attr, "<=", value),), depth - 1, min_leaf)
-              + _grow(x[~left], y[~left], path + (Clause(role, attr, ">", value),), depth - 1, min_leaf))
-    if len({bool(labels.mean() > 0.5) for _, labels in leaves}) == 1:
+    leaves = (_grow(x[left], y[left], _narrowed(path, at_most), depth - 1, min_leaf)
+              + _grow(x[~left], y[~left], _narrowed(path, above), depth - 1, min_leaf))
+    if _errors(leaves) >= _errors([(path, y)]):
         return [(path, y)]
     return leaves
 
 
+def _errors(leaves: list[tuple[tuple[Clause, ...], np.ndarray]]) -> int:
+    """Examples the leaves' majority decisions get wrong (a tie decides "keep apart")."""
+    return sum(int((labels != (labels.mean() > 0.5)).sum()) for _, labels in leaves)
+
+
 def decide_pair(primary: str, secondary: str, x: pd.DataFrame, y: np.ndarray, tolerance: float = 0.05,
-                depth: int = 2, min_leaf: int = 2) -> PairDecision:
+                depth: int = 3, min_leaf: int = 2) -> PairDecision:
     """Rules for one kind pair from its examples' condition features ``x`` and labels ``y``."""
     n, fused = len(y), int(y.sum())
     if secondary in PRODUCT_KINDS and primary not in PRODUCT_KINDS:
@@ -166,7 +214,7 @@ def decide_pair(primary: str, secondary: str, x: pd.DataFrame, y: np.ndarray, to
         return PairDecision(primary, secondary, n, fused, (), "never", fused)
     leaves = _grow(x, y, (), depth, min_leaf)
     rules = tuple(FusionRule(primary, secondary, primary, path) for path, labels in leaves if labels.mean() > 0.5)
-    errors = sum(int((labels != (labels.mean() > 0.5)).sum()) for _, labels in leaves)
+    errors = _errors(leaves)
     majority_errors = min(fused, n - fused)
     if rules and errors < majority_errors:
         return PairDecision(primary, secondary, n, fused, rules, "condition", errors)
@@ -176,7 +224,7 @@ def decide_pair(primary: str, secondary: str, x: pd.DataFrame, y: np.ndarray, to
 
 
 def learn_rules(data: StoreData, benchmarks=None, tolerance: float = 0.05,
-                depth: int = 2) -> tuple[tuple[FusionRule, ...], list[PairDecision]]:
+                depth: int = 3) -> tuple[tuple[FusionRule, ...], list[PairDecision]]:
     """Fusion rules learned from the store's edges (all benchmarks, or ``benchmarks``),
     and the decision behind each kind pair, pairs in order of first appearance."""
     examples = fusion_examples(data, benchmarks)
@@ -204,7 +252,8 @@ def rule_accuracy(data: StoreData, rules: tuple[FusionRule, ...], benchmarks=Non
     for row in examples.itertuples():
         graph = data.graphs[row.benchmark]
         primary, secondary = graph[row.primary], graph[row.secondary]
-        fuses = any(rule.applies(primary, secondary) for rule in by_pair.get((row.primary_kind, row.secondary_kind), ()))
+        fuses = any(rule.applies(primary, secondary, row.returned)
+                    for rule in by_pair.get((row.primary_kind, row.secondary_kind), ()))
         right += fuses == row.fused
     return right / len(examples)
 

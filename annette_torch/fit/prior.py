@@ -128,7 +128,7 @@ def checked_rules(data: StoreData, prior: Profile) -> tuple[tuple[FusionRule, ..
     wrong = []
     for row in examples.itertuples():
         graph = data.graphs[row.benchmark]
-        fuses = any(r.applies(graph[row.primary], graph[row.secondary])
+        fuses = any(r.applies(graph[row.primary], graph[row.secondary], row.returned)
                     for r in by_pair.get((row.primary_kind, row.secondary_kind), ()))
         wrong.append(fuses != row.fused)
     examples = examples.assign(prior_wrong=wrong)

@@ -293,7 +293,7 @@ def _map(graph: LayerGraph, rules: tuple[FusionRule, ...], folded: frozenset[str
                 if primary.free or primary.name in folded:       # a constant or a view: no kernel to join
                     continue
                 for rule in by_pair.get((kinds[k], layer.kind), ()):
-                    if rule.applies(primary, layer):
+                    if rule.applies(primary, layer, returned):
                         candidates.append((graph.index[parent], k, rule))
                         break
             if candidates:

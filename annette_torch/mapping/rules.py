@@ -2,8 +2,13 @@
 
 A rule is (primary kind, secondary kind -> resulting kernel kind, optional condition).
 The condition is a list of clauses on either layer's attributes or dimensions, e.g.
-``{"layer": "secondary", "attr": "kernel_size", "op": "==", "value": 2}``. Clauses are
-evaluated with a fixed set of comparison operators; nothing in a rule is executed.
+``{"layer": "secondary", "attr": "kernel_size", "op": "==", "value": 2}``, or on where
+the layer sits: ``returned`` (the network returns its result) and ``reads_input`` (it
+reads the network's input). ONNX Runtime fuses a hard swish into its NCHWc conv except
+at the network's output, and a residual add except where its other operand is the
+network's plain-layout input. Clauses are evaluated with a
+fixed set of comparison operators (``multiple of``: a blocked layout's channel
+condition, ``c multiple of 4``); nothing in a rule is executed.
 """
 from __future__ import annotations
 
@@ -16,7 +21,12 @@ from ..graph.layer_graph import Layer
 
 _OPS = {"==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le,
         ">": operator.gt, ">=": operator.ge, "in": lambda a, b: a in b,
-        "not in": lambda a, b: a not in b}
+        "not in": lambda a, b: a not in b,
+        "multiple of": lambda a, b: a % b == 0, "not multiple of": lambda a, b: a % b != 0}
+#: the pseudo-attributes a clause reads as "the network returns this layer's result" and
+#: "this layer reads the network's input"
+RETURNED = "returned"
+READS_INPUT = "reads_input"
 
 
 @dataclass(frozen=True)
@@ -47,17 +57,27 @@ class Clause:
             raise ValueError(f"clause op {self.op!r} needs a list value, got {self.value!r}")
         if self.op in ("<", "<=", ">", ">=") and (isinstance(value, (tuple, str, bool))):
             raise ValueError(f"clause op {self.op!r} needs a number value, got {self.value!r}")
+        if self.op.endswith("multiple of") and not (type(value) is int and value > 0):
+            raise ValueError(f"clause op {self.op!r} needs a positive integer value, got {self.value!r}")
         object.__setattr__(self, "value", value)    # JSON lists become tuples: rules stay hashable
 
-    def holds(self, primary: Layer, secondary: Layer) -> bool:
+    def holds(self, primary: Layer, secondary: Layer, returned: frozenset[str] = frozenset()) -> bool:
+        """Whether the clause holds for this pair; ``returned`` names the layers whose
+        results the network returns (:data:`RETURNED`; :data:`READS_INPUT` is the layer's own)."""
         layer = primary if self.layer == "primary" else secondary
-        if self.attr in layer.attrs:
+        if self.attr == RETURNED:
+            actual = layer.name in returned
+        elif self.attr == READS_INPUT:
+            actual = bool(getattr(layer, READS_INPUT, False))
+        elif self.attr in layer.attrs:
             actual = layer.attrs[self.attr]
         elif self.attr in layer.counts.dims:
             actual = layer.counts.dims[self.attr]
         else:
             return False
         compare, value = _OPS[self.op], self.value
+        if self.op.endswith("multiple of") and not all(type(a) is int for a in _elements(actual)):
+            return False           # a text ("same" padding) or fractional value is no multiple of anything
         try:
             if isinstance(actual, (tuple, list)) and not isinstance(value, tuple) and self.op not in ("in", "not in"):
                 return all(compare(a, value) for a in actual)
@@ -70,6 +90,10 @@ class Clause:
         return {"layer": self.layer, "attr": self.attr, "op": self.op, "value": value}
 
 
+def _elements(value: Any) -> tuple:
+    return tuple(value) if isinstance(value, (tuple, list)) else (value,)
+
+
 @dataclass(frozen=True)
 class FusionRule:
     """Fuse a ``secondary`` layer into the kernel whose output is a ``primary`` layer."""
@@ -79,8 +103,9 @@ class FusionRule:
     result: str
     condition: tuple[Clause, ...] = field(default_factory=tuple)
 
-    def applies(self, primary: Layer, secondary: Layer) -> bool:
-        return all(clause.holds(primary, secondary) for clause in self.condition)
+    def applies(self, primary: Layer, secondary: Layer, returned: frozenset[str] = frozenset()) -> bool:
+        """Whether ``secondary`` fuses into ``primary``'s kernel; ``returned``: as :meth:`Clause.holds`."""
+        return all(clause.holds(primary, secondary, returned) for clause in self.condition)
 
     @classmethod
     def from_dict(cls, data: dict) -> FusionRule:
