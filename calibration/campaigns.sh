@@ -125,6 +125,8 @@ annette-torch calibrate --backend openvino-cpu --threads 1 --out calibration/dat
 # by benchmark id (docs/accuracy.md, session 35)
 calibrate --backend onnxruntime-cpu --sweep calibration/rows-of-full-2026-12-07-s35.csv --threads 1
 # 2026-12-07 (session 36, the profiles' Zen 4): full's 59 residual_in_context rows (a ResNet block between 1x1 convs, where
-# ONNX Runtime's NCHWc conv takes the residual add in) into the onnxruntime-cpu store (12:33 UTC), the file listing
-# exactly those benchmarks of full; the profiles refitted with the fusion learner's new clauses (docs/accuracy.md)
+# ONNX Runtime's NCHWc conv takes the residual add in) into the onnxruntime-cpu (12:33 UTC) and openvino-cpu (13:37 UTC)
+# stores, the file listing exactly those benchmarks of full; the profiles refitted with the fusion learner's new
+# clauses (docs/accuracy.md, session 36)
 calibrate --backend onnxruntime-cpu --sweep calibration/rows-of-full-2026-12-07-s36.csv --threads 1
+calibrate --backend openvino-cpu --sweep calibration/rows-of-full-2026-12-07-s36.csv --threads 1

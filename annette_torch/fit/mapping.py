@@ -3,12 +3,14 @@
 Every edge A -> B of a benchmark graph on which the estimator's mapping could fuse B
 (B is A's only consumer, counted as the mapping counts them: through layers that pass a
 tensor on unchanged and with removed repeats read as the layer they repeat,
-:meth:`~annette_torch.graph.LayerGraph.see_through`; for a multi-input B, the parent
-computed last, as :func:`annette_torch.mapping.map_kernels` does) is one example. Its primary P is the
+:meth:`~annette_torch.graph.LayerGraph.see_through`) is an example. Its primary P is the
 executed layer whose kernel ran A (A itself, or the layer A was fused into: a BatchNorm
 folded into its conv at export counts as fused, so conv -> bn -> relu is two examples
-with P = conv). The label is whether the target ran B in P's kernel too; a residual add
-the matcher calls ``possibly-fused`` counts by where the add actually went. Edges
+with P = conv). The label is whether the target ran B in P's kernel too. A multi-input B
+is one example: with P the parent whose kernel ran it, where one did (the latest such),
+else the parent computed last; the mapping likewise fuses B into the latest parent whose
+rule applies. (OpenVINO adds a sum of two convs in the conv it runs last, which need not
+be the one traced last; a NAS cell's node adds a pool's output in its conv's kernel.) Edges
 touching an optimized-out layer, or a layer a graph compiler removes
 (:attr:`~annette_torch.graph.LayerGraph.folded`), say nothing about fusion and are skipped.
 
@@ -73,12 +75,13 @@ def fusion_examples(data: StoreData, benchmarks=None) -> pd.DataFrame:
                        if children[p] == [layer.name] and not graph[p].free and p not in folded]
             if not parents:
                 continue
-            parent = max(parents, key=graph.index.__getitem__)
-            primary = groups.get((benchmark, parent))
             own = groups.get((benchmark, layer.name))
+            into = [p for p in parents if groups.get((benchmark, p)) == own]
+            parent = max(into or parents, key=graph.index.__getitem__)
+            primary = groups.get((benchmark, parent))
             if primary is None or own is None:
                 continue
-            rows.append((benchmark, primary, graph[primary].kind, layer.name, layer.kind, own == primary, returned))
+            rows.append((benchmark, primary, graph[primary].kind, layer.name, layer.kind, bool(into), returned))
     return pd.DataFrame(rows, columns=["benchmark", "primary", "primary_kind", "secondary", "secondary_kind", "fused",
                                        "returned"])
 

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# Session 36: the onnxruntime-cpu profile shipped before it (commit 7b815a8) against the fit of the same store with
-# the fusion learner's new clauses (channel counts a multiple of 4/8/16, whether the network returns the layer),
-# scored on the three committed onnxruntime-cpu ground truths of the profiles' Zen 4. Measures nothing; the fit takes
+# Session 36: the onnxruntime-cpu profile shipped before it (commit 7b815a8) against the fit of its store with the 59
+# residual_in_context rows (measured with the matcher that gives an NCHWc conv the add and activation it fuses) and the
+# fusion learner's new clauses (channel multiples, whether the network returns the layer or it reads the network input,
+# depth 3); since session 36 the shipped profile. Scored on the four committed onnxruntime-cpu ground truths of the
+# profiles' Zen 4 (the fourth measured in session 36,
+# 13:09-13:20 UTC, with the refitted profile shipped). Measures nothing; the fit takes
 # about 4 minutes unless FIT_DIR holds it. From the repository root:
 #   bash benchmarks/results/rerun-2026-12-07-s36/rescore.sh [FIT_DIR] > benchmarks/results/rerun-2026-12-07-s36/rescore.txt
 set -euo pipefail
@@ -16,7 +19,7 @@ git show $BASE:annette_torch/profiles/builtin/onnxruntime-cpu.json > "$before/on
 npz=$(git show $BASE:annette_torch/profiles/builtin/onnxruntime-cpu.json | grep -o 'onnxruntime-cpu\.[0-9a-f]*\.npz' | head -1)
 git show "$BASE:annette_torch/profiles/builtin/$npz" > "$before/$npz"
 SHOW=mobilenetv3_small_050,lcnet_050,mobilenetv3_large_100,hardcorenas_a,tinynet_e,regnetz_b16,resnet18,resnet50
-for gt in "$R/$ORT" "$R/rerun-2026-12-05/$ORT" "$R/rerun-2026-12-07-s35/$ORT"; do
+for gt in "$R/$ORT" "$R/rerun-2026-12-05/$ORT" "$R/rerun-2026-12-07-s35/$ORT" "$R/rerun-2026-12-07-s36/$ORT"; do
     g=$(dirname "${gt#benchmarks/results/}"); [ "$g" = . ] && g=results
     for profile in "$before/onnxruntime-cpu.json" "$work/onnxruntime-cpu.json"; do
         label=before; [ "$profile" = "$before/onnxruntime-cpu.json" ] || label=refit
