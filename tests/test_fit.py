@@ -151,6 +151,34 @@ def test_a_split_whose_leaves_decide_alike_is_one_rule_not_two():
     assert decision.how == "condition" and decision.errors == 1
 
 
+def test_a_sum_is_labelled_by_the_parent_whose_kernel_ran_it():
+    """OpenVINO adds a sum of two convs in the conv it runs last, which need not be the one
+    traced last: the add fused into the first traced conv is a fused (conv, add) example,
+    as the mapping fuses it (into the later conv, at the same cost)."""
+    from annette_torch.fit.mapping import fusion_examples
+    from torch import nn
+
+    class TwoConvs(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.stem, self.a, self.b = nn.Conv2d(8, 8, 1), nn.Conv2d(8, 8, 3, padding=1), nn.Conv2d(8, 8, 1)
+
+        def forward(self, x):
+            y = self.stem(x)
+            return self.a(y) + self.b(y)
+
+    graph = trace(TwoConvs().eval(), input_shape=(1, 8, 8, 8), name="b0")
+    add = next(layer.name for layer in graph if layer.kind == "add")
+    rows = [("stem", "executed", ""), ("a", "executed", ""), ("b", "executed", ""), (add, "fused", "a")]
+    layers = pd.DataFrame([{"benchmark": "b0", "layer": name, "kind": graph[name].kind, "status": status,
+                            "fused_into": into, "time_ms": 0.1, "spread": 0.01} for name, status, into in rows])
+    networks = pd.DataFrame([{"benchmark": "b0", "family": "residual", "status": "ok", "time_ms": 0.3}]).set_index(
+        "benchmark", drop=False)
+    examples = fusion_examples(StoreData({"backend": "synthetic"}, networks, layers, {"b0": graph}))
+    sums = examples[examples["secondary"] == add]
+    assert len(sums) == 1 and sums.iloc[0]["primary"] == "a" and bool(sums.iloc[0]["fused"])
+
+
 def test_the_learner_splits_on_channel_multiples_and_on_whether_the_network_returns_the_layer():
     """ONNX Runtime's NCHWc convs take a hard swish in when their input channels are a
     multiple of 4 and the network does not return the activation: a threshold on c cannot
