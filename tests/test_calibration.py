@@ -566,15 +566,19 @@ def test_kill_9_mid_campaign_loses_nothing(tmp_path):
     assert layers.groupby("benchmark")["layer"].apply(lambda s: s[s != ""].is_unique).all()   # none doubled
 
 
+def _onnx_graph(nodes):
+    """An ONNX graph of ``nodes`` without declared inputs or outputs."""
+    from onnx import helper
+
+    return helper.make_graph(nodes, "g", [], [])
+
+
 def test_onnxruntime_fusion_claims_follow_tensors_and_stop_at_claimed_nodes():
     from onnx import helper
 
     from annette_torch.backends.onnxruntime_cpu import fused_originals
 
-    def graph(nodes):
-        return helper.make_graph(nodes, "g", [], [])
-
-    original = graph([
+    original = _onnx_graph([
         helper.make_node("Conv", ["input", "w1"], ["/conv1/Conv_output_0"], name="/conv1/Conv"),
         helper.make_node("Relu", ["/conv1/Conv_output_0"], ["/act1/Relu_output_0"], name="/act1/Relu"),
         helper.make_node("Conv", ["/act1/Relu_output_0", "w2"], ["/conv2/Conv_output_0"], name="/conv2/Conv"),
@@ -582,7 +586,7 @@ def test_onnxruntime_fusion_claims_follow_tensors_and_stop_at_claimed_nodes():
         helper.make_node("MatMul", ["/add/Add_output_0", "w3"], ["/fc/MatMul_output_0"], name="/fc/MatMul"),
         helper.make_node("Add", ["/fc/MatMul_output_0", "b3"], ["out"], name="/fc/Add"),
     ])
-    optimized = graph([      # NCHWc convolutions (the add fused as the second conv's sum), a fused gemm
+    optimized = _onnx_graph([      # NCHWc convolutions (the add fused as the second conv's sum), a fused gemm
         helper.make_node("ReorderInput", ["input"], ["t0"], name="ReorderInput"),
         helper.make_node("Conv", ["t0", "w1"], ["t1"], name="/act1/Relu_output_0_nchwc"),
         helper.make_node("Conv", ["t1", "w2", "b", "t1"], ["t2"], name="/add/Add_output_0_nchwc"),
@@ -605,10 +609,7 @@ def test_an_nchwc_conv_named_after_its_conv_claims_the_add_it_sums_and_the_activ
 
     from annette_torch.backends.onnxruntime_cpu import fused_originals
 
-    def graph(nodes):
-        return helper.make_graph(nodes, "g", [], [])
-
-    original = graph([
+    original = _onnx_graph([
         helper.make_node("Conv", ["input", "w0"], ["/stem/Conv_output_0"], name="/stem/Conv"),
         helper.make_node("HardSwish", ["/stem/Conv_output_0"], ["/act0/HardSwish_output_0"], name="/act0/HardSwish"),
         helper.make_node("Conv", ["/act0/HardSwish_output_0", "w2"], ["/conv2/Conv_output_0"], name="/conv2/Conv"),
@@ -618,7 +619,7 @@ def test_an_nchwc_conv_named_after_its_conv_claims_the_add_it_sums_and_the_activ
         helper.make_node("Conv", ["/act2/Relu_output_0", "w3"], ["out"], name="/tail/Conv"),
     ])
     nchwc = "com.microsoft.nchwc"
-    optimized = graph([
+    optimized = _onnx_graph([
         helper.make_node("ReorderInput", ["input"], ["t0"], name="ReorderInput", domain=nchwc),
         helper.make_node("Conv", ["t0", "w0"], ["t1"], name="/stem/Conv_output_0_nchwc", domain=nchwc,
                          activation="HardSwish"),

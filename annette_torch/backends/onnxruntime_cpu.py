@@ -145,8 +145,9 @@ def fused_originals(original: onnx.GraphProto, optimized: onnx.GraphProto) -> di
             names.append(own)
             claimed.add(own)
         anchors = [output for output in node.output if output in producer]
-        if node.name.endswith(_NCHWC_SUFFIX) and node.name[: -len(_NCHWC_SUFFIX)] in producer:
-            anchors.append(node.name[: -len(_NCHWC_SUFFIX)])
+        named = node.name[: -len(_NCHWC_SUFFIX)] if node.name.endswith(_NCHWC_SUFFIX) else ""   # an NCHWc conv's tensor
+        if named and named in producer:
+            anchors.append(named)
         key = node.name or _unnamed_key(position)
         if node.op_type in _LAYOUT_OPS:        # layout changes compute no original node
             result[key] = tuple(names)
@@ -160,7 +161,6 @@ def fused_originals(original: onnx.GraphProto, optimized: onnx.GraphProto) -> di
             names.append(candidate.name)
             if candidate.op_type not in _COMPUTE_OPS:   # post-ops lead back to their conv / gemm, not past it
                 stack.extend(producer[t] for t in candidate.input if t in producer)
-        named = node.name[: -len(_NCHWC_SUFFIX)] if node.name.endswith(_NCHWC_SUFFIX) else ""
         for later in _nchwc_post_ops(node, named, producer, surviving, original_consumers):
             if later.name not in claimed:
                 claimed.add(later.name)

@@ -67,7 +67,7 @@ def fusion_examples(data: StoreData, benchmarks=None) -> pd.DataFrame:
             continue
         folded = graph.folded        # constant or repeated layers: a compiler removes them, nothing fuses
         source, children = graph.see_through(folded)     # consumers as the mapping counts them
-        returned = frozenset(source.get(name, name) for name in graph.outputs or ())
+        returned = graph.returned_through(source)
         for layer in graph.layers:
             if layer.free or layer.name in folded or layer.name in source:
                 continue
@@ -104,15 +104,16 @@ def condition_features(examples: pd.DataFrame, graphs: dict[str, LayerGraph]) ->
     attribute is not one number; the mapping never fuses into a returned layer, and
     whether the primary reads the input is what its input channels say)."""
     columns = {}
-    for role in ("primary", "secondary"):
-        layers = [graphs[b][name] for b, name in zip(examples["benchmark"], examples[role])]
+    layers_of = {role: [graphs[b][name] for b, name in zip(examples["benchmark"], examples[role])]
+                 for role in ("primary", "secondary")}
+    for role, layers in layers_of.items():
         for attr in CONDITION_ATTRS:
             columns[f"{role}.{attr}"] = values = [_scalar(layer, attr) for layer in layers]
             if attr in MULTIPLE_ATTRS:
                 for block in CHANNEL_BLOCKS:
                     columns[f"{role}.{attr} multiple of {block}"] = [
                         float(v % block == 0) if v.is_integer() else math.nan for v in values]
-    secondaries = [graphs[b][name] for b, name in zip(examples["benchmark"], examples["secondary"])]
+    secondaries = layers_of["secondary"]
     columns[f"secondary.{RETURNED}"] = [float(layer.name in returned)
                                         for layer, returned in zip(secondaries, examples["returned"])]
     columns[f"secondary.{READS_INPUT}"] = [float(layer.reads_input) for layer in secondaries]

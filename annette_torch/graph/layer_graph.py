@@ -321,6 +321,11 @@ class LayerGraph:
                     children[source.get(parent, parent)].append(layer.name)
         return source, children
 
+    def returned_through(self, source: dict[str, str]) -> frozenset[str]:
+        """The layers whose results the network returns (:attr:`outputs`), each read as the
+        layer it stands for in ``source`` (:meth:`see_through`)."""
+        return frozenset(source.get(name, name) for name in self.outputs or ())
+
     @property
     def identity_slices(self) -> frozenset[str]:
         """Names of the slices that select their whole input (``x[:, :n]`` where ``x`` has

@@ -258,7 +258,7 @@ def _map(graph: LayerGraph, rules: tuple[FusionRule, ...], folded: frozenset[str
         by_pair.setdefault((rule.primary, rule.secondary), []).append(rule)
     secondaries = {rule.secondary for rule in rules}
     source, children = graph.see_through(folded)
-    returned = frozenset(source.get(name, name) for name in graph.outputs or ())
+    returned = graph.returned_through(source)
 
     grouped = grouped or {}
     joined = {name for split, convs in grouped.values() for name in (split, *convs)}   # run by their concat's kernel

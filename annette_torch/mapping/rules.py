@@ -13,6 +13,7 @@ condition, ``c multiple of 4``); nothing in a rule is executed.
 from __future__ import annotations
 
 import math
+import numbers
 import operator
 from dataclasses import dataclass, field
 from typing import Any
@@ -57,7 +58,7 @@ class Clause:
             raise ValueError(f"clause op {self.op!r} needs a list value, got {self.value!r}")
         if self.op in ("<", "<=", ">", ">=") and (isinstance(value, (tuple, str, bool))):
             raise ValueError(f"clause op {self.op!r} needs a number value, got {self.value!r}")
-        if self.op.endswith("multiple of") and not (type(value) is int and value > 0):
+        if self.op.endswith("multiple of") and not (_is_integer(value) and value > 0):
             raise ValueError(f"clause op {self.op!r} needs a positive integer value, got {self.value!r}")
         object.__setattr__(self, "value", value)    # JSON lists become tuples: rules stay hashable
 
@@ -68,7 +69,7 @@ class Clause:
         if self.attr == RETURNED:
             actual = layer.name in returned
         elif self.attr == READS_INPUT:
-            actual = bool(getattr(layer, READS_INPUT, False))
+            actual = layer.reads_input
         elif self.attr in layer.attrs:
             actual = layer.attrs[self.attr]
         elif self.attr in layer.counts.dims:
@@ -76,7 +77,7 @@ class Clause:
         else:
             return False
         compare, value = _OPS[self.op], self.value
-        if self.op.endswith("multiple of") and not all(type(a) is int for a in _elements(actual)):
+        if self.op.endswith("multiple of") and not all(_is_integer(a) for a in _elements(actual)):
             return False           # a text ("same" padding) or fractional value is no multiple of anything
         try:
             if isinstance(actual, (tuple, list)) and not isinstance(value, tuple) and self.op not in ("in", "not in"):
@@ -92,6 +93,11 @@ class Clause:
 
 def _elements(value: Any) -> tuple:
     return tuple(value) if isinstance(value, (tuple, list)) else (value,)
+
+
+def _is_integer(value: Any) -> bool:
+    """An integer (a Python or NumPy one), not a bool."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True)
