@@ -130,3 +130,9 @@ calibrate --backend onnxruntime-cpu --sweep calibration/rows-of-full-2026-12-07-
 # clauses (docs/accuracy.md, session 36)
 calibrate --backend onnxruntime-cpu --sweep calibration/rows-of-full-2026-12-07-s36.csv --threads 1
 calibrate --backend openvino-cpu --sweep calibration/rows-of-full-2026-12-07-s36.csv --threads 1
+# 2026-12-07 (session 37, the profiles' Zen 4): full's 150 rows of 1x1 depthwise convs (60 on the network input, 60 in
+# context at stride 1, 30 in context at stride 2; RepVGG-style branches, which PyTorch eager runs group by group at
+# stride 1) and 30 of narrow linears on 1,024-65,536 rows (ConViT's positional projection) into the torch-cpu store
+# (15:37, 15:48, 16:01 and 16:38 UTC), the file listing exactly those benchmarks of full; torch-cpu refitted with the
+# anchor form of calibration/profiles.sh (docs/accuracy.md, session 37)
+calibrate --backend torch-cpu --sweep calibration/rows-of-full-2026-12-07-s37.csv --threads 1

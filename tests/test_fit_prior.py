@@ -241,6 +241,24 @@ def test_fit_anchors_the_profile_on_the_stores_reference_networks(tmp_path, caps
         assert plain(graph) == pytest.approx(1.5 * _estimator(prior)(graph) - 0.5 * kept, rel=0.03)
 
 
+def test_fit_anchors_with_the_correction_form_it_is_given(tmp_path, capsys, prior, quick_specs):
+    """--anchor-terms fixes the form of the anchor's correction (leave-one-out picks the
+    simplest of near ties otherwise, which flips between refits of one store); every form
+    is still scored on the references, and an unknown form is refused naming the valid ones."""
+    folder = synthetic_store(tmp_path / "store", prior, quick_specs, 1.5)
+    _measured_references(tmp_path / "store", prior, 5, 2.0)
+    assert main(["fit", "--data", str(folder), "--out", str(tmp_path / "out"), "--prior", PRIOR,
+                 "--anchor-terms", "scale+exponent+per_kernel"]) == 0
+    assert "source/scale+exponent+per_kernel" in capsys.readouterr().out
+    adaptation = load_profile(tmp_path / "out" / f"{PRIOR}-corrected.json").adaptation
+    assert adaptation.terms == ("scale", "exponent", "per_kernel")
+    assert {"source/scale", "source/scale+exponent+per_kernel"} <= set(adaptation.fit["candidates"])
+    assert adaptation.fit["loo_log_error"] == adaptation.fit["candidates"]["source/scale+exponent+per_kernel"]
+    with pytest.raises(SystemExit):
+        main(["fit", "--data", str(folder), "--out", str(tmp_path / "bad"), "--anchor-terms", "scale+offset"])
+    assert "'scale+offset' is not a correction form; give one of scale, scale+per_kernel" in capsys.readouterr().err
+
+
 def test_fit_keeps_the_prior_when_it_predicts_the_left_out_references_better(tmp_path, capsys, prior, quick_specs):
     """Conv benchmarks 4 times the prior, the rest as the prior, whole reference networks
     2 times the prior: the fit's per-kind factors mispredict the references (no one scale

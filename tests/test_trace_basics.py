@@ -844,6 +844,25 @@ def test_eager_torch_counts_every_tap_of_a_dilated_conv_its_onednn_runs_as_gemm(
     assert openvino_ms[24] < 0.3 * openvino_ms[1]
 
 
+def test_eager_torch_costs_a_1x1_depthwise_conv_by_its_groups():
+    """At one thread and batch 1 PyTorch hands a 1x1 grouped conv at stride 1 not to oneDNN
+    but to its own conv, which runs it group by group: about 4 us per group on the profiles'
+    CPU (384 channels on 7x7 took 1.52 ms, 48 on 56x56 0.24 ms, 1/8 of the data; the full
+    sweep's 1x1 depthwise rows, docs/accuracy.md session 37). torch-cpu learned from its
+    store that the first costs more (0.66 against 0.35 ms: its trees have few such kernels
+    of hundreds of channels); OpenVINO costs such a conv by the data it moves."""
+    from annette_torch import Estimator
+
+    def estimates(profile):
+        est = Estimator(profile)
+        return [est(nn.Conv2d(c, c, 1, groups=c).eval(), input_shape=(1, c, s, s)) for c, s in ((384, 7), (48, 56))]
+
+    many_groups, large_map = estimates("torch-cpu")
+    assert many_groups > large_map
+    many_groups, large_map = estimates("openvino-cpu")
+    assert many_groups < large_map
+
+
 def test_counting_all_taps_round_trips_and_names_a_bad_entry():
     from annette_torch.mapping import Counting
 

@@ -136,20 +136,23 @@ def stored_references(folder: str | os.PathLike) -> list[Sample]:
     return samples
 
 
-def anchor_on_references(profile: Profile, samples: Sequence[Sample], seed: int = 0) -> Profile:
+def anchor_on_references(profile: Profile, samples: Sequence[Sample], seed: int = 0,
+                         terms: tuple[str, ...] | None = None) -> Profile:
     """``profile`` (fitted on a store's small benchmarks) corrected on whole reference
     networks measured on the same machine: :func:`adapt_profile` with the profile's own
-    mapping, keeping its name and fingerprint. No samples: ``profile`` itself."""
+    mapping (and the correction ``terms`` if given), keeping its name and fingerprint.
+    No samples: ``profile`` itself."""
     if not samples:
         return profile
-    anchored = adapt_profile(profile, samples, seed=seed, name=profile.name, fingerprint=profile.fingerprint)
+    anchored = adapt_profile(profile, samples, seed=seed, name=profile.name, fingerprint=profile.fingerprint,
+                             terms=terms)
     return dataclasses.replace(
         anchored, description=f"{profile.description}; anchored on {len(samples)} whole reference networks "
                               f"measured with its store ({'+'.join(anchored.adaptation.terms)})")
 
 
-def anchor_fit_or_prior(fitted: Profile, prior: Profile, samples: Sequence[Sample],
-                        seed: int = 0) -> tuple[Profile, Profile, dict[str, float | None]]:
+def anchor_fit_or_prior(fitted: Profile, prior: Profile, samples: Sequence[Sample], seed: int = 0,
+                        terms: tuple[str, ...] | None = None) -> tuple[Profile, Profile, dict[str, float | None]]:
     """``fitted`` (a store's small benchmarks fitted as corrections of ``prior``) and
     ``prior`` itself, each anchored on the reference networks ``samples``
     (:func:`anchor_on_references`). Returns (the anchored profile kept, the profile it was
@@ -159,11 +162,11 @@ def anchor_fit_or_prior(fitted: Profile, prior: Profile, samples: Sequence[Sampl
     alone predicted whole networks 10-44 % off on other CPUs, docs/cross-cpu.md); a prior
     kept takes the fit's name and fingerprint. With fewer than 3 references nothing can
     be left out: the fit is kept."""
-    anchored = anchor_on_references(fitted, samples, seed=seed)
+    anchored = anchor_on_references(fitted, samples, seed=seed, terms=terms)
     if not samples:
         return anchored, fitted, {"fit": None, "prior": None}
     base = dataclasses.replace(prior, name=fitted.name, fingerprint=dict(fitted.fingerprint))
-    instead = anchor_on_references(base, samples, seed=seed)
+    instead = anchor_on_references(base, samples, seed=seed, terms=terms)
     scores = {"fit": anchored.adaptation.fit.get("loo_log_error"), "prior": instead.adaptation.fit.get("loo_log_error")}
     if None in scores.values() or scores["prior"] * SIMPLER_WITHIN >= scores["fit"]:
         return anchored, fitted, scores

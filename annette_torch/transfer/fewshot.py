@@ -266,6 +266,9 @@ def fit_adaptation(kernels: KernelsByMapping, measured_ms: Sequence[float], term
         raise ValueError("terms given with several mapping candidates: give the mapping too")
     else:
         mapping = next(iter(by_mapping))
+        if len(measured) >= 2:       # scored as choose_correction scores them, for the report
+            scores = {candidate_name(mapping, t): loo_error(by_mapping[mapping], measured, t)
+                      for t in dict.fromkeys([*(t for t in TERM_SETS if len(t) <= max(1, len(measured) - 2)), terms])}
     params = fit_terms(by_mapping[mapping], measured, terms)
     if params is None:
         raise ValueError(f"no correction with terms {'+'.join(terms)} fits these samples with positive scales")
@@ -348,7 +351,8 @@ def source_kernels(profile: Profile, graphs: Sequence[LayerGraph],
 
 def adapt_profile(source: str | Profile, samples: Sequence[Sample | tuple[LayerGraph, float]], seed: int = 0,
                   k: int | None = None, name: str | None = None,
-                  fingerprint: dict[str, Any] | None = None, mapping: str | MappingChoice = "source") -> Profile:
+                  fingerprint: dict[str, Any] | None = None, mapping: str | MappingChoice = "source",
+                  terms: tuple[str, ...] | None = None) -> Profile:
     """``source`` adapted to the device ``samples`` were measured on.
 
     ``samples``: :class:`Sample` objects or (traced graph, measured ms) pairs. With ``k``,
@@ -361,8 +365,13 @@ def adapt_profile(source: str | Profile, samples: Sequence[Sample | tuple[LayerG
     optimizes_graph) pair, or "choose" (picked with the terms by leave-one-out; see
     :func:`mapping_candidates`, :func:`backend_mapping` for what a backend declares).
     ``name`` defaults to ``<source>-adapted``; ``fingerprint`` (the target's) defaults to
-    the source's.
+    the source's. ``terms`` (one of :data:`TERM_SETS`) fixes the correction's form, which
+    is otherwise chosen by leave-one-out (:func:`choose_correction`); it needs a single
+    mapping candidate.
     """
+    if terms is not None and tuple(terms) not in TERM_SETS:
+        raise ValueError(f"correction terms {'+'.join(terms)} are not one of "
+                         f"{', '.join('+'.join(t) for t in TERM_SETS)}")
     profile = load_profile(source)
     samples = [s if isinstance(s, Sample) else Sample(*s) for s in samples]
     if k is not None:
@@ -377,7 +386,7 @@ def adapt_profile(source: str | Profile, samples: Sequence[Sample | tuple[LayerG
     base = unadapted(profile)
     kernels = source_kernels(base, [s.graph for s in samples], mapping_candidates(base, mapping))
     measured = np.array([s.measured_ms for s in samples])
-    adaptation = fit_adaptation(kernels, measured)
+    adaptation = fit_adaptation(kernels, measured, None if terms is None else tuple(terms))
     if adaptation.fit["mape_before"] is None:              # the source mapping was no candidate
         before = np.array([Estimator(base)(s.graph) for s in samples])
         adaptation.fit["mape_before"] = mape(before, measured)
