@@ -56,7 +56,6 @@ from .measure import Protocol
 from .measure.arguments import BOARD_OTHERWISE, add_protocol_arguments, fill_defaults, protocol_from, \
     whole_network_protocol
 from .measure.networks import NETWORK_PROTOCOL
-from .transfer.fewshot import TERM_SETS
 from .profiles import ProfileError, builtin_names, load_profile
 
 
@@ -514,7 +513,9 @@ def cmd_fit(args: argparse.Namespace) -> int:
     from .fit import fit_profile, format_report
     from .profiles.fingerprint import adapt_command, is_local
     from .transfer.adapt import anchor_fit_or_prior, anchor_on_references, print_fit, stored_references
+    from .transfer.fewshot import correction_terms
 
+    terms = None if args.anchor_terms is None else correction_terms(args.anchor_terms)
     folders = store_folders(args.data)
     if not folders:
         raise ValueError(f"no measurement stores (folders with fingerprint.json) at or under {args.data}")
@@ -542,13 +543,13 @@ def cmd_fit(args: argparse.Namespace) -> int:
                   f"(whole networks, which small benchmarks may not predict; --no-anchor keeps the fit as it is)")
             if args.prior:
                 anchored, source, scores = anchor_fit_or_prior(profile, load_profile(args.prior), references,
-                                                               seed=args.seed, terms=args.anchor_terms)
+                                                               seed=args.seed, terms=terms)
                 if None not in scores.values():
                     print(f"leave-one-out mean |log error| on the references, anchored: the fit {scores['fit']:.3f}, "
                           f"the prior {scores['prior']:.3f}; keeping "
                           + ("the fit" if source is profile else f"the prior ({args.prior}), anchored"))
             else:
-                anchored = anchor_on_references(profile, references, seed=args.seed, terms=args.anchor_terms)
+                anchored = anchor_on_references(profile, references, seed=args.seed, terms=terms)
                 source = profile
             print_fit(anchored, source, references)
             profile = anchored
@@ -590,14 +591,6 @@ CALIBRATION_PROTOCOL = Protocol(rounds=ROUNDS, warmup=5, repeats=REPEATS)
 #: ``calibrate --for``'s: the accuracy benchmark's ground-truth protocol, whose end-to-end times its tables are
 #: scaled to (2 rounds pooled left the tables 12-14 % off on NAS-Bench-201 cells, docs/cross-cpu.md 2026-12-05 night)
 FOR_PROTOCOL = Protocol(rounds=12, warmup=5, repeats=REPEATS, drift="canary", across_rounds="median")
-
-
-def _anchor_terms(text: str) -> tuple[str, ...]:
-    terms = tuple(text.split("+"))
-    if terms not in TERM_SETS:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a correction form; give one of "
-                                         + ", ".join("+".join(t) for t in TERM_SETS))
-    return terms
 
 
 def _positive_int(text: str) -> int:
@@ -763,10 +756,10 @@ def build_parser() -> argparse.ArgumentParser:
     anchor.add_argument("--no-anchor", action="store_true",
                         help="keep the fitted profile as the benchmarks make it: do not correct it on the store's "
                              "reference networks (references.csv, measured by a budgeted campaign)")
-    anchor.add_argument("--anchor-terms", type=_anchor_terms, metavar="TERMS",
-                        help="the form of the correction on the reference networks, '+'-joined: "
-                             + ", ".join("+".join(t) for t in TERM_SETS)
-                             + " (default: chosen by leave-one-out, the simplest within 5 %% of the best)")
+    anchor.add_argument("--anchor-terms", metavar="TERMS",
+                        help="the form of the correction on the reference networks, '+'-joined terms such as "
+                             "scale+exponent+per_kernel (default: chosen by leave-one-out, the simplest within "
+                             "5 %% of the best)")
     fit.set_defaults(func=cmd_fit)
     adapt = sub.add_parser("adapt", help="adapt a profile to another device from a few measured networks "
                                          "(or from a device descriptor)")

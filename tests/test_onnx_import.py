@@ -250,7 +250,7 @@ def test_a_softmax_along_a_strided_axis_is_its_own_kind_in_both_tracers(tmp_path
     """A softmax along adjacent elements is ``softmax``; along a map's channels (a strided
     axis, which ONNX Runtime runs 100 times slower per element) ``softmax_strided``, in the
     torch tracer and the ONNX importer alike; a profile fitted with one softmax model
-    answers both with it."""
+    answers both with it (the torch-cpu and openvino-cpu stores have channel softmaxes only)."""
     from annette_torch.profiles import load_profile
 
     model = Softmaxes().eval()
@@ -258,7 +258,7 @@ def test_a_softmax_along_a_strided_axis_is_its_own_kind_in_both_tracers(tmp_path
     imported = import_onnx(export(model, (1, 4, 8, 8), tmp_path / "softmaxes.onnx"))
     for graph in (traced, imported):
         assert [layer.kind for layer in graph if "softmax" in layer.kind] == ["softmax", "softmax_strided", "softmax"]
-    for name, fitted in (("torch-cpu", "softmax"), ("openvino-cpu", "softmax_strided")):   # one fitted, either way
+    for name in ("torch-cpu", "openvino-cpu"):
         profile = load_profile(name)
-        assert {"softmax", "softmax_strided"} & set(profile.layer_models["mixed"]) == {fitted}
+        assert {"softmax", "softmax_strided"} & set(profile.layer_models["mixed"]) == {"softmax_strided"}
         assert profile.model_for("softmax_strided")[1:] == profile.model_for("softmax")[1:]

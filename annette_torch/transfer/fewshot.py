@@ -349,6 +349,20 @@ def source_kernels(profile: Profile, graphs: Sequence[LayerGraph],
             for m in (mapping_choices(unadapted(profile)) if mappings is None else mappings)}
 
 
+def correction_terms(text: str) -> tuple[str, ...]:
+    """The correction form ``text`` names (terms joined by ``+``, one of :data:`TERM_SETS`);
+    ``ValueError`` names the valid forms."""
+    terms = tuple(text.split("+"))
+    _check_terms(terms)
+    return terms
+
+
+def _check_terms(terms: tuple[str, ...]) -> None:
+    if terms not in TERM_SETS:
+        raise ValueError(f"{'+'.join(terms)!r} is not a correction form; give one of "
+                         + ", ".join("+".join(t) for t in TERM_SETS))
+
+
 def adapt_profile(source: str | Profile, samples: Sequence[Sample | tuple[LayerGraph, float]], seed: int = 0,
                   k: int | None = None, name: str | None = None,
                   fingerprint: dict[str, Any] | None = None, mapping: str | MappingChoice = "source",
@@ -369,9 +383,8 @@ def adapt_profile(source: str | Profile, samples: Sequence[Sample | tuple[LayerG
     is otherwise chosen by leave-one-out (:func:`choose_correction`); it needs a single
     mapping candidate.
     """
-    if terms is not None and tuple(terms) not in TERM_SETS:
-        raise ValueError(f"correction terms {'+'.join(terms)} are not one of "
-                         f"{', '.join('+'.join(t) for t in TERM_SETS)}")
+    if terms is not None:
+        _check_terms(tuple(terms))
     profile = load_profile(source)
     samples = [s if isinstance(s, Sample) else Sample(*s) for s in samples]
     if k is not None:
