@@ -211,6 +211,11 @@ def _by_mapping(kernels: KernelsByMapping) -> dict[MappingChoice, Sequence[Sourc
     return {SOURCE_MAPPING: kernels}
 
 
+def _term_sets_for(k: int) -> list[tuple[str, ...]]:
+    """The term sets of :data:`TERM_SETS` that ``k`` samples can fit: at most ``max(1, k - 2)`` terms."""
+    return [t for t in TERM_SETS if len(t) <= max(1, k - 2)]
+
+
 def choose_correction(kernels: KernelsByMapping, measured_ms: np.ndarray
                       ) -> tuple[MappingChoice, tuple[str, ...], dict[str, float]]:
     """(the chosen mapping, the chosen terms, leave-one-out score of every candidate tried)
@@ -223,7 +228,7 @@ def choose_correction(kernels: KernelsByMapping, measured_ms: np.ndarray
     by_mapping = _by_mapping(kernels)
     mappings = list(by_mapping)
     k = len(measured_ms)
-    term_sets = [t for t in TERM_SETS if len(t) <= max(1, k - 2)]
+    term_sets = _term_sets_for(k)
     candidates = sorted(((m, t) for m in mappings for t in term_sets),
                         key=lambda c: (len(c[1]), mappings.index(c[0]), TERM_SETS.index(c[1])))
     if k < 2:
@@ -268,7 +273,7 @@ def fit_adaptation(kernels: KernelsByMapping, measured_ms: Sequence[float], term
         mapping = next(iter(by_mapping))
         if len(measured) >= 2:       # scored as choose_correction scores them, for the report
             scores = {candidate_name(mapping, t): loo_error(by_mapping[mapping], measured, t)
-                      for t in dict.fromkeys([*(t for t in TERM_SETS if len(t) <= max(1, len(measured) - 2)), terms])}
+                      for t in dict.fromkeys([*_term_sets_for(len(measured)), terms])}
     params = fit_terms(by_mapping[mapping], measured, terms)
     if params is None:
         raise ValueError(f"no correction with terms {'+'.join(terms)} fits these samples with positive scales")
@@ -384,7 +389,8 @@ def adapt_profile(source: str | Profile, samples: Sequence[Sample | tuple[LayerG
     mapping candidate.
     """
     if terms is not None:
-        _check_terms(tuple(terms))
+        terms = tuple(terms)
+        _check_terms(terms)
     profile = load_profile(source)
     samples = [s if isinstance(s, Sample) else Sample(*s) for s in samples]
     if k is not None:
@@ -399,7 +405,7 @@ def adapt_profile(source: str | Profile, samples: Sequence[Sample | tuple[LayerG
     base = unadapted(profile)
     kernels = source_kernels(base, [s.graph for s in samples], mapping_candidates(base, mapping))
     measured = np.array([s.measured_ms for s in samples])
-    adaptation = fit_adaptation(kernels, measured, None if terms is None else tuple(terms))
+    adaptation = fit_adaptation(kernels, measured, terms)
     if adaptation.fit["mape_before"] is None:              # the source mapping was no candidate
         before = np.array([Estimator(base)(s.graph) for s in samples])
         adaptation.fit["mape_before"] = mape(before, measured)
