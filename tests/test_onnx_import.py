@@ -262,3 +262,17 @@ def test_a_softmax_along_a_strided_axis_is_its_own_kind_in_both_tracers(tmp_path
         profile = load_profile(name)
         assert {"softmax", "softmax_strided"} & set(profile.layer_models["mixed"]) == {"softmax_strided"}
         assert profile.model_for("softmax_strided")[1:] == profile.model_for("softmax")[1:]
+
+
+@pytest.mark.parametrize("opset, kind", [(11, "softmax"), (13, "softmax_strided")])
+def test_a_softmax_before_opset_13_normalises_the_trailing_axes_together(tmp_path, opset, kind):
+    """Before opset 13 ONNX's Softmax with axis 1 normalises all axes from the channels on
+    as one row (adjacent elements); from 13 along the channels alone (a strided axis)."""
+    from onnx import TensorProto, helper
+
+    node = helper.make_node("Softmax", ["x"], ["y"], axis=1)
+    graph = helper.make_graph([node], "softmax", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    (layer,) = import_onnx(model)
+    assert layer.kind == kind and layer.attrs["dim"] == 1

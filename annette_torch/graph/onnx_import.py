@@ -61,6 +61,9 @@ from .recognize import mark_channel_shuffles
 
 #: Node domains whose op types the layer kinds describe.
 _STANDARD_DOMAINS = ("", "ai.onnx")
+#: the standard operator set a model that declares none uses (ONNX's rule: the latest; the
+#: importer's semantics follow opset 13 and later)
+_DEFAULT_OPSET = 13
 #: Nodes that only read the shape of an activation: their outputs are constants.
 _SHAPE_QUERIES = ("Shape", "Size")
 #: Float inputs that are settings, not data (Resize's roi and scales).
@@ -91,13 +94,13 @@ def import_onnx(path_or_model: str | os.PathLike | onnx.ModelProto,
             raise TraceError(f"{label}: input '{value.name}' has the dynamic shape "
                              f"{_shape_text(value.type)}; pass input_shape=(...) to fix it")
     model = _infer_shapes(model, label, overridden=input_shape is not None)
-    tensors = _Tensors(model.graph, base_dir, label)
+    tensors = _Tensors(model, base_dir, label)
     while not _layer_shapes_known(model.graph, tensors, label):
         folded = _fold_constants(model, tensors, label)
         if len(folded.graph.node) == len(model.graph.node):
             break  # nothing left to fold: _build_layers names the unknown shape
         model = _infer_shapes(folded, label, overridden=input_shape is not None)
-        tensors = _Tensors(model.graph, base_dir, label)
+        tensors = _Tensors(model, base_dir, label)
     layers, outputs = _build_layers(model.graph, tensors, label)
     input_shapes = tuple(tensors.shape(value.name, "the graph inputs") for value in inputs)
     return LayerGraph(mark_channel_shuffles(layers), input_shapes, method="onnx", model_name=label, outputs=outputs)
@@ -167,11 +170,15 @@ def _infer_shapes(model: onnx.ModelProto, label: str, overridden: bool) -> onnx.
 
 
 class _Tensors:
-    """Element types, static shapes and constant values of a shape-inferred graph."""
+    """Element types, static shapes and constant values of a shape-inferred model's graph,
+    and the version of the standard operator set it uses."""
 
-    def __init__(self, graph: onnx.GraphProto, base_dir: str, label: str) -> None:
+    def __init__(self, model: onnx.ModelProto, base_dir: str, label: str) -> None:
+        graph = model.graph
         self.label = label
         self.base_dir = base_dir
+        self.opset = max((entry.version for entry in model.opset_import if entry.domain in _STANDARD_DOMAINS),
+                         default=_DEFAULT_OPSET)
         self.types: dict[str, tuple[int, Shape | None]] = {}
         for value in [*graph.input, *graph.value_info, *graph.output]:
             self.types[value.name] = (value.type.tensor_type.elem_type, _static_shape(value.type))
@@ -482,8 +489,12 @@ def _pad(view: _NodeView) -> dict:
 
 
 def _softmax(view: _NodeView) -> dict:
-    """The softmax's axis (opset 13 and later: default the last) and whether it reduces
-    over a strided axis (the ``softmax_strided`` kind)."""
+    """The softmax's axis and whether it reduces over a strided axis (the
+    ``softmax_strided`` kind). From opset 13 it normalises along ``axis`` (default the
+    last); before, over all axes from ``axis`` (default 1) to the last taken as one, which
+    are adjacent elements."""
+    if view.tensors.opset < 13:
+        return {"dim": view.attr("axis", 1), "strided": False}
     axis = view.attr("axis", -1)
     return {"dim": axis, "strided": not reduces_contiguous(axis, view.input_shape(0))}
 
