@@ -231,6 +231,22 @@ def test_norms(one_layer):
     assert all(layer.output_shapes == ((2, 6, 8, 10),) for layer in graph)
 
 
+class TokenNormalize(nn.Module):
+    def forward(self, x):
+        return F.normalize(x, dim=-1)
+
+
+def test_a_group_norm_on_a_sequence_of_channels_reads_channels_at_dim_1(one_layer):
+    """Group and instance norms on ``(N, C, L)`` normalise C channels of L positions;
+    ``F.normalize(x, dim=-1)`` on ``(N, L, C)`` tokens normalises each token's C features."""
+    gn = one_layer(traced(Seq(nn.GroupNorm(2, 6)), (2, 6, 40)), "group_norm")
+    inorm = one_layer(traced(Seq(nn.InstanceNorm1d(6)), (2, 6, 40)), "group_norm")
+    tokens = one_layer(traced(TokenNormalize(), (2, 40, 6)), "group_norm")
+    for layer in (gn, inorm, tokens):
+        dims = layer.counts.dims
+        assert (dims["n"], dims["h"] * dims["w"], dims["c"]) == (2, 40, 6), dims
+
+
 ACTIVATIONS = [
     (nn.ReLU(), F.relu, "relu"), (nn.ReLU6(), F.relu6, "relu6"),
     (nn.LeakyReLU(0.1), F.leaky_relu, "leaky_relu"), (nn.SiLU(), F.silu, "silu"),

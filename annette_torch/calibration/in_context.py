@@ -245,10 +245,15 @@ def resolve_network(spec: str, input_shape: tuple[int, ...] | None = None,
     return Network(resolved.name, graph, module, spec if module is None else None)
 
 
+def onnx_files(networks: Sequence[Network]) -> list[str]:
+    """The names of the networks among ``networks`` given as ONNX files (no torch module)."""
+    return [net.name for net in networks if net.module is None]
+
+
 def check_runnable(backend: Backend, networks: Sequence[Network], command: str = "calibrate --for") -> None:
     """``ValueError`` naming the ONNX files among ``networks`` where ``backend`` runs torch
     modules only."""
-    files = [net.name for net in networks if net.module is None]
+    files = onnx_files(networks)
     if files and not isinstance(backend, OnnxBackend):
         raise ValueError(f"{command}: {backend.name} cannot run an ONNX file ({', '.join(files)}); use an ONNX "
                          f"backend (onnxruntime-cpu, openvino-cpu)")
@@ -318,7 +323,7 @@ def calibrate_for(specs: Sequence[str], backend_name: str, out: str | os.PathLik
                          f"{backend_name} with {threads} thread(s) and {backend.precision}")
     networks = [resolve_network(spec, input_shape) for spec in specs]
     check_runnable(backend, networks)
-    files = [net.name for net in networks if net.module is None]
+    files = onnx_files(networks)
     if method == "end-to-end" and files:
         raise ValueError(f"calibrate --for --method end-to-end times networks built in torch; {', '.join(files)}: "
                          f"an ONNX file, use --method profile")

@@ -103,5 +103,18 @@ class GroupNorm(SameShapeKind):
     def attrs_from_module(self, module):
         return {"num_groups": getattr(module, "num_groups", None)}
 
+    def attrs_from_call(self, args, kwargs):
+        """``F.normalize(x, dim=-1)`` (token features) says along which axis it works."""
+        return {"dim": kwargs["dim"]} if "dim" in kwargs else {}
+
+    def dims(self, attrs, in_shapes, out_shapes):
+        """Channels are dim 1 (group and instance norms, ``F.normalize``'s default), so
+        ``(N, C, L)`` is N maps of L positions; ``F.normalize(x, dim=-1)`` on ``(N, L, C)``
+        tokens keeps the sequence reading."""
+        shape = out_shapes[0] if out_shapes else ()
+        if len(shape) == 3 and attrs.get("dim", 1) in (1, -2):
+            return {"n": shape[0], "h": shape[2], "w": 1, "c": shape[1], "f": shape[1]}
+        return super().dims(attrs, in_shapes, out_shapes)
+
     def count_ops(self, attrs, in_shapes, out_shapes):
         return 5.0 * numel(out_shapes[0])
