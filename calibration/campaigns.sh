@@ -136,3 +136,8 @@ calibrate --backend openvino-cpu --sweep calibration/rows-of-full-2026-12-07-s36
 # (15:37, 15:48, 16:01 and 16:38 UTC), the file listing exactly those benchmarks of full; torch-cpu refitted with the
 # anchor form of calibration/profiles.sh (docs/accuracy.md, session 37)
 calibrate --backend torch-cpu --sweep calibration/rows-of-full-2026-12-07-s37.csv --threads 1
+# 2026-12-07 (session 38, the profiles' Zen 4): full's 80 rows of the pooled head's 1x1 conv with nothing fused at
+# squeeze-excite widths (reducing and expanding; the squeeze_excite row's convs run fused with their ReLU and gate, so the
+# conv model had 11 plain kernels on a 1x1 map) into the openvino-cpu store (19:00 UTC), the file listing exactly those
+# benchmarks of full; openvino-cpu refitted (docs/accuracy.md, session 38)
+calibrate --backend openvino-cpu --sweep calibration/rows-of-full-2026-12-07-s38.csv --threads 1
