@@ -216,6 +216,12 @@ def _term_sets_for(k: int) -> list[tuple[str, ...]]:
     return [t for t in TERM_SETS if len(t) <= max(1, k - 2)]
 
 
+def _loo_scores(by_mapping: dict[MappingChoice, Sequence[SourceKernels]], measured_ms: np.ndarray,
+                candidates: Sequence[tuple[MappingChoice, tuple[str, ...]]]) -> dict[str, float]:
+    """Leave-one-out score of each (mapping, terms) candidate, by :func:`candidate_name`."""
+    return {candidate_name(m, t): loo_error(by_mapping[m], measured_ms, t) for m, t in candidates}
+
+
 def choose_correction(kernels: KernelsByMapping, measured_ms: np.ndarray
                       ) -> tuple[MappingChoice, tuple[str, ...], dict[str, float]]:
     """(the chosen mapping, the chosen terms, leave-one-out score of every candidate tried)
@@ -233,7 +239,7 @@ def choose_correction(kernels: KernelsByMapping, measured_ms: np.ndarray
                         key=lambda c: (len(c[1]), mappings.index(c[0]), TERM_SETS.index(c[1])))
     if k < 2:
         return (*candidates[0], {})
-    scores = {candidate_name(m, t): loo_error(by_mapping[m], measured_ms, t) for m, t in candidates}
+    scores = _loo_scores(by_mapping, measured_ms, candidates)
     best = min(scores.values())
     if not np.isfinite(best):
         raise ValueError("no candidate correction fits these samples with positive scales")
@@ -272,8 +278,8 @@ def fit_adaptation(kernels: KernelsByMapping, measured_ms: Sequence[float], term
     else:
         mapping = next(iter(by_mapping))
         if len(measured) >= 2:       # scored as choose_correction scores them, for the report
-            scores = {candidate_name(mapping, t): loo_error(by_mapping[mapping], measured, t)
-                      for t in dict.fromkeys([*_term_sets_for(len(measured)), terms])}
+            scores = _loo_scores(by_mapping, measured,
+                                 [(mapping, t) for t in dict.fromkeys([*_term_sets_for(len(measured)), terms])])
     params = fit_terms(by_mapping[mapping], measured, terms)
     if params is None:
         raise ValueError(f"no correction with terms {'+'.join(terms)} fits these samples with positive scales")
