@@ -265,7 +265,7 @@ def test_a_softmax_along_a_strided_axis_is_its_own_kind_in_both_tracers(tmp_path
 
 
 @pytest.mark.parametrize("opset, kind", [(11, "softmax"), (13, "softmax_strided")])
-def test_a_softmax_before_opset_13_normalises_the_trailing_axes_together(tmp_path, opset, kind):
+def test_a_softmax_before_opset_13_normalises_the_trailing_axes_together(opset, kind):
     """Before opset 13 ONNX's Softmax with axis 1 normalises all axes from the channels on
     as one row (adjacent elements); from 13 along the channels alone (a strided axis)."""
     from onnx import TensorProto, helper

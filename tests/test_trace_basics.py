@@ -879,29 +879,17 @@ def test_eager_torch_costs_a_1x1_depthwise_conv_by_its_groups():
     assert many_groups < large_map
 
 
-class SqueezeExcite(nn.Module):
-    """A 1x1 conv, then squeeze-and-excitation as EfficientNet/TinyNet have it."""
-
-    def __init__(self, c: int, squeeze: int) -> None:
-        super().__init__()
-        self.conv = nn.Conv2d(c, c, 1)
-        self.fc1, self.act = nn.Conv2d(c, squeeze, 1), nn.SiLU()
-        self.fc2, self.gate = nn.Conv2d(squeeze, c, 1), nn.Sigmoid()
-
-    def forward(self, x):
-        y = self.conv(x)
-        return y * self.gate(self.fc2(self.act(self.fc1(y.mean((2, 3), keepdim=True)))))
-
-
 def test_openvino_answers_squeeze_excite_convs_inside_their_calibrated_range():
     """OpenVINO runs a squeeze-excite's 1x1 convs on the pooled map, fused with their
     activation, in 1-5 us (session 24's in-context tables); openvino-cpu's store has them with
     nothing fused at these widths since session 38 (its conv model had extrapolated them to
     2-4 times their time): each is calibrated and a small part of the 14x14 conv before it."""
     from annette_torch import Estimator
+    from annette_torch.calibration.generator import build_benchmark
+    from annette_torch.calibration.sweep import BenchmarkSpec
 
-    report = Estimator("openvino-cpu").report(trace(SqueezeExcite(96, 4).eval(), input_shape=(1, 96, 14, 14)))
-    rows = report.set_index("kernel")
+    model, shape = build_benchmark(BenchmarkSpec("squeeze_excite", {"h": 14, "c": 96, "f": 4, "op": "sigmoid"}))
+    rows = Estimator("openvino-cpu").report(trace(model, input_shape=shape)).set_index("kernel")
     for kernel in ("fc1", "fc2"):
         assert rows.at[kernel, "confidence"] == "calibrated"
         assert rows.at[kernel, "time_ms"] < 0.1 * rows.at["conv", "time_ms"]
