@@ -12,6 +12,11 @@ from torch import nn
 from .registry import SameShapeKind, numel, register_kind
 
 
+def _maps_of_positions(shape) -> dict[str, int]:
+    """Dims of an ``(N, C, L)`` activation read channels first: N maps of L positions."""
+    return {"n": shape[0], "h": shape[2], "w": 1, "c": shape[1], "f": shape[1]}
+
+
 @register_kind
 class BatchNorm(SameShapeKind):
     name = "batch_norm"
@@ -39,7 +44,7 @@ class BatchNorm(SameShapeKind):
         if len(shape) == 2:
             return {"n": 1, "h": shape[0], "w": 1, "c": shape[1], "f": shape[1]}
         if len(shape) == 3:
-            return {"n": shape[0], "h": shape[2], "w": 1, "c": shape[1], "f": shape[1]}
+            return _maps_of_positions(shape)
         return super().dims(attrs, in_shapes, out_shapes)
 
 
@@ -113,7 +118,7 @@ class GroupNorm(SameShapeKind):
         tokens keeps the sequence reading."""
         shape = out_shapes[0] if out_shapes else ()
         if len(shape) == 3 and attrs.get("dim", 1) in (1, -2):
-            return {"n": shape[0], "h": shape[2], "w": 1, "c": shape[1], "f": shape[1]}
+            return _maps_of_positions(shape)
         return super().dims(attrs, in_shapes, out_shapes)
 
     def count_ops(self, attrs, in_shapes, out_shapes):
