@@ -830,6 +830,68 @@ def test_a_mixed_models_linear_correction_stays_at_its_fitted_range_edge_outside
         regressor_from_dict(swapped)
 
 
+def _token_rows(tokens: np.ndarray, channels: np.ndarray) -> np.ndarray:
+    """Kernel features of an elementwise layer on (1, tokens, channels): h tokens, w 1."""
+    elems = tokens * channels
+    columns = {"ops": elems, "input_elems": elems, "output_elems": elems, "weight_elems": 0 * elems,
+               "h": tokens, "c": channels, "f": channels}
+    return np.array([[columns.get(name, np.ones_like(elems))[i] for name in FEATURES] for i in range(len(elems))],
+                    dtype=float)
+
+
+def test_a_linear_correction_beyond_its_range_reads_the_nearest_fitted_kernel_of_like_shape():
+    """torch-cpu's gelu ridge (positive on the token count, about -1.3 on the element counts)
+    fell with token count beyond its 208 calibrated tokens: clamping each input alone paired
+    208 tokens with the kernel's element count. With the fitted rows recorded, an
+    out-of-range kernel moves towards the nearest fitted row until it is inside the range,
+    so its sizes keep agreeing; inside the range nothing moves; the rows survive storage."""
+    from annette_torch.layer_models import Mixed
+    from annette_torch.layer_models.regressors import (REGRESSION_INPUTS, SIZE_INPUTS, LinearRegressor,
+                                                       regression_inputs, regressor_from_dict)
+    tokens, channels = np.meshgrid([16.0, 49.0, 64.0, 196.0, 208.0], [64.0, 256.0, 1024.0, 4096.0])
+    fitted = regression_inputs(_token_rows(tokens.ravel(), channels.ravel()))
+    coef = np.zeros(len(REGRESSION_INPUTS))
+    for name, value in {"log_ops": -0.32, "log_input_elems": -0.31, "log_output_elems": -0.31,
+                        "log_elems_moved": -0.32, "log_h": 0.59, "log_c": 0.48, "log_f": 0.48}.items():
+        coef[REGRESSION_INPUTS.index(name)] = value
+    low, high = fitted.min(axis=0), fitted.max(axis=0)
+    per_input = LinearRegressor(coef, 1.6, low, high)
+    nearest = regressor_from_dict(LinearRegressor(coef, 1.6, low, high, fitted[:, :SIZE_INPUTS]).to_dict())
+    assert nearest.rows.shape == (len(fitted), SIZE_INPUTS)
+    roof = RefinedRoofline(peak_ops_s=1e10, bandwidth_bytes_s=1e10)
+    queries = _token_rows(np.array([208.0, 784.0, 3136.0]), np.full(3, 256.0))
+    clamped = Mixed(roof, per_input, "ridge").predict(queries)[0]
+    moved = Mixed(roof, nearest, "ridge").predict(queries)[0]
+    assert clamped[2] < clamped[0]                                 # the fault: more tokens, less time
+    assert moved[0] == pytest.approx(clamped[0], rel=1e-12)        # inside the range: unchanged
+    assert moved[0] < moved[1] < moved[2]
+    query = regression_inputs(queries[2:])
+    anchor = nearest.within_fitted(query)
+    assert ((anchor >= low - 1e-12) & (anchor <= high + 1e-12)).all()
+
+    def on_the_line_from(row: np.ndarray) -> bool:
+        step, moved = query[0, :SIZE_INPUTS] - row, anchor[0, :SIZE_INPUTS] - row
+        apart = np.abs(step) > 1e-5
+        share = moved[apart] / step[apart]
+        return bool(np.allclose(share, share[0]) and 0 <= share[0] < 1 and np.allclose(moved[~apart], 0, atol=1e-5))
+
+    assert any(on_the_line_from(row) for row in nearest.rows.astype(float))   # between a fitted row and the kernel
+    with pytest.raises(ValueError, match="'rows' must hold a non-zero multiple"):
+        regressor_from_dict({**nearest.to_dict(), "rows": np.zeros(SIZE_INPUTS + 1, dtype=np.float32)})
+
+
+def test_the_torch_cpu_gelu_grows_with_token_count_beyond_its_calibrated_range():
+    """The shipped torch-cpu profile's GELU on 256 channels: 3,136 tokens cost more than 784,
+    and 784 more than the 208 it was calibrated up to (it was 22.6 µs at 3,136 against
+    43.6 at 208 when each input was clamped alone)."""
+    from torch import nn
+    est = Estimator("torch-cpu")
+    times = [float(est.report(nn.GELU().eval(), input_shape=(1, tokens, 256))["time_ms"].sum())
+             for tokens in (208, 784, 3136)]
+    assert times[0] < times[1] < times[2]
+    assert times[2] > 5 * times[0]
+
+
 def _ridge_of(rows: np.ndarray, y: np.ndarray):
     from annette_torch.fit.learners import fit_learner
     fitted = fit_learner("ridge", regression_inputs_of(rows), y, np.ones(len(y)))

@@ -292,6 +292,7 @@ def test_weight_rereads_profile_an_onnx_file_and_name_what_they_cannot_measure(m
                                                     passes=1, warmup=1, repeats=2)
     (estimated_ms, measured_ms, weight_bytes), = fitted[0]
     assert summary["networks"][0]["network"] == path and summary["kernels"] == len(weight_bytes) >= 4
+    assert summary["profile"] == "onnxruntime-cpu" and len(summary["profile_sha256"]) == 64   # no file path
     assert (weight_bytes > 0).all() and (measured_ms > 0).all() and (estimated_ms > 0).all()
     with pytest.raises(ValueError, match="torch-cpu cannot run an ONNX file"):
         weight_rereads.measure_weight_rereads(get_backend("torch-cpu"), "torch-cpu", [path], passes=1, warmup=1,

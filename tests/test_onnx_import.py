@@ -264,6 +264,22 @@ def test_a_softmax_along_a_strided_axis_is_its_own_kind_in_both_tracers(tmp_path
         assert profile.model_for("softmax_strided")[1:] == profile.model_for("softmax")[1:]
 
 
+@pytest.mark.parametrize("axis, reading", [(1, (2, 40, 6)), (-1, (2, 6, 40)), (None, (2, 6, 40))])
+def test_an_lp_normalization_reads_its_axis(axis, reading):
+    """ONNX's LpNormalization normalises along ``axis`` (default the last): along axis 1 of
+    ``(N, C, L)`` it is N maps of L positions with C channels, as ``F.normalize``'s default;
+    along the last, each of the C rows of L features, as ``F.normalize(x, dim=-1)``."""
+    from onnx import TensorProto, helper
+
+    node = helper.make_node("LpNormalization", ["x"], ["y"], **({} if axis is None else {"axis": axis}))
+    graph = helper.make_graph([node], "lp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 6, 40])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 6, 40])])
+    (layer,) = import_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    dims = layer.counts.dims
+    assert layer.kind == "group_norm" and (dims["n"], dims["h"] * dims["w"], dims["c"]) == reading, dims
+
+
+
 @pytest.mark.parametrize("opset, kind", [(11, "softmax"), (13, "softmax_strided")])
 def test_a_softmax_before_opset_13_normalises_the_trailing_axes_together(opset, kind):
     """Before opset 13 ONNX's Softmax with axis 1 normalises all axes from the channels on

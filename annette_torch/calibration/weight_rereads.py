@@ -30,6 +30,7 @@ import numpy as np
 
 from ..atomic import atomic_path
 from ..layer_models.weights_from_memory import WeightRereads, weight_bytes
+from ..profiles.profile import profile_digest
 from ..validation import DataError, read_json
 
 #: the file in a store folder that holds the measured re-reads
@@ -105,7 +106,7 @@ def measure_weight_rereads(backend: Any, profile: Any, specs: Sequence[str], pas
         rows.append((times.time_ms[keep], measured[keep], weights[keep]))
     levels, rate = fit_rereads(rows, up_to)
     return {"bytes_s": round(rate, -6), "up_to_bytes": float(up_to), "kernels": int(sum(len(r[0]) for r in rows)),
-            "passes": passes, "profile": estimator.profile.source or estimator.profile.name,
+            "passes": passes, "profile": estimator.profile.name, "profile_sha256": profile_digest(estimator.profile),
             "measured_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "networks": [{"network": spec, "kernels": len(r[0]), "level": round(level, 4)}
                          for (spec, *_), r, level in zip(networks, rows, levels)]}

@@ -32,7 +32,7 @@ from sklearn.ensemble import GradientBoostingRegressor, RandomForestRegressor
 from sklearn.linear_model import Ridge
 from sklearn.model_selection import KFold
 
-from ..layer_models.regressors import LinearRegressor, TreeEnsemble, regressor_from_dict
+from ..layer_models.regressors import SIZE_INPUTS, LinearRegressor, TreeEnsemble, regressor_from_dict
 
 TARGET_STEP = 2.0 ** -12   # the targets' resolution (log time; see the module doc)
 
@@ -57,7 +57,8 @@ def _ridge(x: np.ndarray, y: np.ndarray, w: np.ndarray, seed: int) -> LinearRegr
     std[std == 0] = 1.0
     model = Ridge(alpha=1.0).fit((x - mean) / std, y, sample_weight=w)
     coef = model.coef_ / std
-    return LinearRegressor(coef, float(model.intercept_ - coef @ mean), x.min(axis=0), x.max(axis=0))
+    rows = np.unique(x[:, :SIZE_INPUTS].astype(np.float32), axis=0)
+    return LinearRegressor(coef, float(model.intercept_ - coef @ mean), x.min(axis=0), x.max(axis=0), rows)
 
 
 LEARNERS: dict[str, Callable[[np.ndarray, np.ndarray, np.ndarray, int], TreeEnsemble | LinearRegressor]] = {
@@ -111,7 +112,7 @@ def choose_learner(x: np.ndarray, y: np.ndarray, weights: np.ndarray,
 
 
 def predict(model: TreeEnsemble | LinearRegressor, x: np.ndarray, clamped: bool = False) -> np.ndarray:
-    """``model``'s targets for inputs ``x``; ``clamped``: a linear model on ``x`` clamped
+    """``model``'s targets for inputs ``x``; ``clamped``: a linear model on ``x`` moved
     into its fitted range, as a mixed layer model evaluates it."""
     if clamped and isinstance(model, LinearRegressor):
         x = model.within_fitted(x)

@@ -515,6 +515,7 @@ _ATTRS: dict[str, Callable[[_NodeView], dict]] = {
     "LayerNormalization": lambda view: {
         "normalized_shape": tuple(view.input_shape(0)[view.attr("axis", -1):])},
     "GroupNormalization": lambda view: {"num_groups": view.attr("num_groups")},
+    "LpNormalization": lambda view: {"dim": view.attr("axis", -1)},
     "Concat": lambda view: {"dim": view.attr("axis")},
     "Resize": _resize,
     "Upsample": _resize,

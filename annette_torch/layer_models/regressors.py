@@ -19,10 +19,13 @@ a profile cannot execute anything:
   (:mod:`annette_torch.profiles.profile`), at the narrowest exact dtypes: int8/int16/int32
   indices, float32 thresholds, float64 values. The layout of version-1 profiles, a list
   ``"trees"`` of per-tree node lists inline in the JSON, still loads.
-* ``{"type": "linear", "inputs": [...], "coef": [...], "intercept": c, "low": [...], "high": [...]}``:
-  ``c + coef . x``. ``low``/``high`` (optional; profiles before 2026-12-03 lack them) hold
-  each input's lowest and highest value among the rows it was fitted on; a mixed model
-  evaluates it on inputs clamped into them (:mod:`.statistical`).
+* ``{"type": "linear", "inputs": [...], "coef": [...], "intercept": c, "low": [...], "high": [...],
+  "rows": array}``: ``c + coef . x``. ``low``/``high`` (optional; profiles before
+  2026-12-03 lack them) hold each input's lowest and highest value among the rows it was
+  fitted on; ``rows`` (optional, with them; profiles before 2026-12-08 lack it) the size
+  inputs (the first :data:`SIZE_INPUTS`) of those rows, distinct, row after row, as
+  float32. A mixed model evaluates the regressor on inputs moved into that range
+  (:meth:`LinearRegressor.within_fitted`).
 
 ``inputs`` names the columns of :func:`regression_inputs`; loading checks them against
 this version's list, so a profile built for other inputs fails with a clear error.
@@ -235,15 +238,23 @@ def _tree_depths(nodes: np.ndarray, inner: np.ndarray, left: np.ndarray, right: 
         depth = deeper
 
 
+#: How many leading regression inputs are logs of kernel sizes (all but the utilisations):
+#: linear in the logs of a kernel's dimensions, so a point on the line between two
+#: kernels' inputs describes a kernel whose sizes agree with each other as theirs do.
+SIZE_INPUTS = len(COLUMN) + 1
+
+
 @dataclass
 class LinearRegressor:
     """``intercept + coef . inputs`` (a ridge regression on log features: a power law);
-    ``low``/``high``: the range of each input over the rows it was fitted on, if known."""
+    ``low``/``high``: the range of each input over the rows it was fitted on, if known;
+    ``rows``: those rows' size inputs (rows x :data:`SIZE_INPUTS`), if known."""
 
     coef: np.ndarray
     intercept: float
     low: np.ndarray | None = None
     high: np.ndarray | None = None
+    rows: np.ndarray | None = None
 
     def predict(self, inputs: Any, xp: Any = np) -> Any:
         """One value per row of ``inputs`` (columns :data:`REGRESSION_INPUTS`)."""
@@ -252,18 +263,54 @@ class LinearRegressor:
         return inputs @ xp.as_tensor(self.coef, dtype=inputs.dtype, device=inputs.device) + self.intercept
 
     def within_fitted(self, inputs: Any, xp: Any = np) -> Any:
-        """``inputs`` with each column clamped into the range it was fitted on (unchanged
-        without a recorded range)."""
+        """``inputs`` moved into the range the model was fitted on (unchanged without a
+        recorded range). With recorded ``rows``, a row whose size inputs leave the range
+        moves along the line from it to the nearest fitted row (distances in units of each
+        input's range) until they all lie inside: to a calibrated kernel of like shape,
+        whose sizes agree with each other as the row's do. Clamping each input alone, as
+        profiles without ``rows`` are read, pairs the largest calibrated token count with
+        the row's element count, a kernel no shape has (torch-cpu's gelu model fell with
+        token count beyond its range; docs/accuracy.md, session 39). Then each input is
+        clamped into its range."""
         if self.low is None:
             return inputs
+        if self.rows is not None:
+            inputs = self._toward_nearest_row(inputs, xp)
         if xp is np:
             return np.clip(inputs, self.low, self.high)
         bounds = [xp.as_tensor(b, dtype=inputs.dtype, device=inputs.device) for b in (self.low, self.high)]
         return xp.clamp(inputs, *bounds)
 
+    def _toward_nearest_row(self, inputs: Any, xp: Any) -> Any:
+        """Each row's size inputs at ``near + a * (row - near)``, ``near`` the nearest fitted
+        row, with the largest ``a`` in [0, 1] that keeps every input that varied among the
+        fitted rows inside its range; rows inside the range and the utilisations unchanged."""
+        n = SIZE_INPUTS
+        low, high = self.low[:n], self.high[:n]
+        size = _numpy(inputs[:, :n]).astype(np.float64)
+        varied = high > low
+        outside = (((size < low) | (size > high)) & varied).any(axis=1)
+        if not outside.any():
+            return inputs
+        span = np.where(varied, high - low, 1.0)
+        fitted = self.rows.astype(np.float64)
+        scaled = (fitted[:, varied] / span[varied])[None]
+        distance = ((size[outside][:, None, varied] / span[varied] - scaled) ** 2).sum(axis=2)
+        near = np.zeros_like(size)
+        near[outside] = fitted[np.argmin(distance, axis=1)]
+        step_np = size - near
+        room = np.where(step_np > 0, high - near, low - near)
+        limit = np.where((step_np != 0) & varied, room / np.where(step_np == 0, 1.0, step_np), 1.0)
+        share = np.where(outside, np.clip(limit.min(axis=1), 0.0, 1.0), 1.0)
+        near_x, share_x = _like(near, inputs, xp), _like(share[:, None], inputs, xp)
+        moved = near_x + share_x * (inputs[:, :n] - near_x)
+        return xp.concatenate([moved, inputs[:, n:]], 1)
+
     def to_dict(self) -> dict:
         bounds = {} if self.low is None else {name: [float(f"{v:.12g}") for v in values]
                                                for name, values in (("low", self.low), ("high", self.high))}
+        if self.rows is not None:
+            bounds["rows"] = self.rows.astype(np.float32).ravel()
         return {"type": "linear", "inputs": list(REGRESSION_INPUTS),
                 "coef": [float(f"{v:.12g}") for v in self.coef], "intercept": float(self.intercept), **bounds}
 
@@ -282,7 +329,14 @@ class LinearRegressor:
             raise ValueError(f"'low' and 'high' must be {len(REGRESSION_INPUTS)} finite numbers each")
         if (low > high).any():
             raise ValueError(f"'low' exceeds 'high' for input {REGRESSION_INPUTS[int(np.argmax(low > high))]}")
-        return cls(coef, number(data["intercept"], "intercept"), low, high)
+        rows = None
+        if "rows" in data:
+            rows = _array(data, "rows", "f")
+            if rows.size == 0 or rows.size % SIZE_INPUTS or not np.isfinite(rows).all():
+                raise ValueError(f"'rows' must hold a non-zero multiple of {SIZE_INPUTS} finite numbers "
+                                 f"(the fitted rows' size inputs), got {rows.size}")
+            rows = rows.reshape(-1, SIZE_INPUTS)
+        return cls(coef, number(data["intercept"], "intercept"), low, high, rows)
 
 
 REGRESSOR_TYPES = {"trees": TreeEnsemble, "linear": LinearRegressor}

@@ -6,9 +6,11 @@
   refined roofline corrected by a learned residual (log of measured over roofline).
   Outside the calibrated range the roofline carries the extrapolation and the correction
   stays the one at the range's edge: a tree ensemble is constant beyond its outermost
-  splits, and a linear regressor is evaluated on its inputs clamped into the range it was
-  fitted on (a power law of the correction would otherwise grow without bound: a slice
-  model fitted on at most 350 weight elements gave a 4,429-element gather 5 ms).
+  splits, and a linear regressor is evaluated at the edge of the range it was fitted on,
+  on the way from the kernel to the nearest fitted one
+  (:meth:`~.regressors.LinearRegressor.within_fitted`; a power law of the correction would
+  otherwise grow without bound: a slice model fitted on at most 350 weight elements gave
+  a 4,429-element gather 5 ms).
 
 Both keep the kind's refined roofline: the mixed model's time rests on it, the
 statistical model uses it only for the compute-bound flag and the bytes moved it
