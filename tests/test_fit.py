@@ -865,6 +865,11 @@ def test_a_linear_correction_beyond_its_range_reads_the_nearest_fitted_kernel_of
     assert clamped[2] < clamped[0]                                 # the fault: more tokens, less time
     assert moved[0] == pytest.approx(clamped[0], rel=1e-12)        # inside the range: unchanged
     assert moved[0] < moved[1] < moved[2]
+    import torch
+    on_torch = torch.tensor(queries, requires_grad=True)
+    seconds = Mixed(roof, nearest, "ridge").predict(on_torch, xp=torch)[0]
+    seconds.sum().backward()                                         # differentiable, as numpy
+    assert np.allclose(seconds.detach().numpy(), moved) and on_torch.grad.abs().sum() > 0
     query = regression_inputs(queries[2:])
     anchor = nearest.within_fitted(query)
     assert ((anchor >= low - 1e-12) & (anchor <= high + 1e-12)).all()
@@ -878,6 +883,8 @@ def test_a_linear_correction_beyond_its_range_reads_the_nearest_fitted_kernel_of
     assert any(on_the_line_from(row) for row in nearest.rows.astype(float))   # between a fitted row and the kernel
     with pytest.raises(ValueError, match="'rows' must hold a non-zero multiple"):
         regressor_from_dict({**nearest.to_dict(), "rows": np.zeros(SIZE_INPUTS + 1, dtype=np.float32)})
+    with pytest.raises(ValueError, match="'rows' .* needs 'low' and 'high'"):
+        regressor_from_dict({k: v for k, v in nearest.to_dict().items() if k not in ("low", "high")})
 
 
 def test_the_torch_cpu_gelu_grows_with_token_count_beyond_its_calibrated_range():

@@ -298,9 +298,9 @@ class LinearRegressor:
         distance = ((size[outside][:, None, varied] / span[varied] - scaled) ** 2).sum(axis=2)
         near = np.zeros_like(size)
         near[outside] = fitted[np.argmin(distance, axis=1)]
-        step_np = size - near
-        room = np.where(step_np > 0, high - near, low - near)
-        limit = np.where((step_np != 0) & varied, room / np.where(step_np == 0, 1.0, step_np), 1.0)
+        step = size - near
+        room = np.where(step > 0, high - near, low - near)
+        limit = np.where((step != 0) & varied, room / np.where(step == 0, 1.0, step), 1.0)
         share = np.where(outside, np.clip(limit.min(axis=1), 0.0, 1.0), 1.0)
         near_x, share_x = _like(near, inputs, xp), _like(share[:, None], inputs, xp)
         moved = near_x + share_x * (inputs[:, :n] - near_x)
@@ -322,6 +322,8 @@ class LinearRegressor:
             raise ValueError(f"coef must be {len(REGRESSION_INPUTS)} finite numbers")
         if ("low" in data) != ("high" in data):
             raise ValueError("'low' and 'high' go together: the range of the inputs the model was fitted on")
+        if "rows" in data and "low" not in data:
+            raise ValueError("'rows' (the fitted rows' size inputs) needs 'low' and 'high', the range they span")
         if "low" not in data:
             return cls(coef, number(data["intercept"], "intercept"))
         low, high = (_array(data, name, "iuf").astype(np.float64) for name in ("low", "high"))
