@@ -64,6 +64,33 @@ def test_unrolling_of_an_elementwise_kind_is_searched_once_for_its_channels():
     assert [r.dim for r in records] == ["c"] and model.unroll == {"c": {"par": 32.0, "alpha": 1.0}}
 
 
+def _elementwise_sweep(channels, tokens: int = 196) -> np.ndarray:
+    rows = []
+    for c in channels:       # f = c, as for every elementwise layer
+        dims = {"n": 1, "h": tokens, "w": 1, "c": c, "f": c, "kh": 1, "kw": 1, "stride": 1, "groups": 1}
+        rows.append([tokens * c, tokens * c, tokens * c, 0.0] + [dims[d] for d in FEATURES[4:]])
+    return np.array(rows, dtype=float)
+
+
+def test_a_launch_time_per_call_is_not_taken_for_unrolling():
+    """Small elementwise kernels cost their call's overhead plus a rate: flat at first,
+    then linear. With only a free scale per sweep, the flat start looked like a
+    staircase of par 64 (torch-cpu's GELU, session 39); a free launch time explains it."""
+    rng = np.random.default_rng(0)
+    features = np.vstack([_elementwise_sweep(range(8, 257, 8), tokens) for tokens in (49, 196)])
+    seconds = 15e-6 + features[:, 0] / 2e9 * np.exp(rng.normal(0, 0.01, len(features)))
+    model, records = fit_refined_roofline(features, seconds, np.ones(len(seconds)))
+    assert [r.dim for r in records] == ["c"] and not records[0].kept and model.unroll == {}
+
+
+def test_unrolling_under_a_launch_time_is_still_found():
+    features = _elementwise_sweep(range(8, 257, 8))
+    truth = RefinedRoofline(1e9, 1e12, unroll={"c": {"par": 32, "alpha": 1.0}})
+    seconds = 10e-6 + truth.predict(features)[0]
+    model, _ = fit_refined_roofline(features, seconds, np.ones(len(seconds)))
+    assert model.unroll == {"c": {"par": 32.0, "alpha": 1.0}}
+
+
 def test_roofline_of_an_elementwise_kind_is_one_rate_at_the_ridge_whatever_the_last_digits():
     """An add does 1 op per 12 bytes in every kernel, so its times fix one rate: the fit
     puts peak and bandwidth at the ridge (both bounds predict alike), near the truth, and
