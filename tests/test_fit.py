@@ -75,7 +75,7 @@ def _elementwise_sweep(channels, tokens: int = 196) -> np.ndarray:
 def test_a_launch_time_per_call_is_not_taken_for_unrolling():
     """Small elementwise kernels cost their call's overhead plus a rate: flat at first,
     then linear. With only a free scale per sweep, the flat start looked like a
-    staircase of par 64 (torch-cpu's GELU, session 39); a free launch time explains it."""
+    staircase of par 64 (torch-cpu's GELU, session 39); a launch time explains it."""
     rng = np.random.default_rng(0)
     features = np.vstack([_elementwise_sweep(range(8, 257, 8), tokens) for tokens in (49, 196)])
     seconds = 15e-6 + features[:, 0] / 2e9 * np.exp(rng.normal(0, 0.01, len(features)))

@@ -11,12 +11,15 @@ columns that always equal d in this kind, such as f = c of an elementwise layer)
 :func:`find_unroll` then tries every ``par`` in :data:`PAR_CANDIDATES` and ``alpha`` in
 :data:`ALPHAS`, dimension by dimension (h, w, c, f; a dimension that always equals an
 earlier one is not searched again), and keeps the pair that minimises
-the weighted squared relative error with a free scale and a free launch time per
-sweep: only the shape of the staircase matters, not its level (the roofline's peak
-sets that afterwards) nor a fixed cost per call (the mixed model's correction learns
-that). Without the launch time, a sweep whose small kernels all cost the call's
-overhead looked flat up to d = 64, and the search took the overhead for a staircase of
-``par`` 64 (torch-cpu's GELU: its estimates 0.4-4.4x the measured time alone). A
+the weighted squared relative error with a free scale per sweep and one launch time
+for all of the kind's calls: only the shape of the staircase matters, not its level
+(the roofline's peak sets that afterwards) nor a fixed cost per call (the mixed
+model's correction learns that). Without the launch time, sweeps whose small kernels
+cost mostly the call's overhead looked flat up to d = 64, and the search took the
+overhead for a staircase of ``par`` 64 (torch-cpu's GELU: its estimates 0.4-4.4x the
+measured time alone; a launch time per sweep instead of one per kind also removed
+conv's small-channel unrolling, and NAS-Bench-201 cells came out worse: see
+docs/fitting.md). A
 dimension gets unrolling only when that lowers the error by :data:`MIN_GAIN`. A
 candidate must beat the best so far by the relative margin :data:`TIE`: pairs that
 predict the sweeps alike tie, and the first (smaller ``par``, then ``alpha``) wins,
@@ -27,6 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.optimize import nnls
 
 from ..layer_models import RefinedRoofline
 from ..layer_models.base import COLUMN
@@ -65,22 +69,15 @@ class UnrollSearch:
     kept: bool
 
 
-def _group_sse(seconds: np.ndarray, predicted: np.ndarray, weights: np.ndarray, labels: np.ndarray) -> float:
-    """Weighted squared relative error of ``seconds`` against ``a + b * predicted``,
-    with the launch time ``a >= 0`` and scale ``b >= 0`` fitted per group (label)."""
+def _sweep_error(seconds: np.ndarray, predicted: np.ndarray, weights: np.ndarray, labels: np.ndarray) -> float:
+    """Weighted squared relative error of ``seconds`` against ``a + b_g * predicted``:
+    one launch time ``a >= 0`` for all the kind's calls, a scale ``b_g >= 0`` per group."""
     t, m = seconds / np.median(seconds), predicted / np.median(predicted)      # the error is scale-free
-    u = weights / t ** 2                      # least squares on (t - a - b m) / t
-    s_u, s_m, s_mm = (np.bincount(labels, u * x) for x in (np.ones_like(m), m, m * m))
-    s_t, s_mt = np.bincount(labels, u * t), np.bincount(labels, u * m * t)
-    det = s_u * s_mm - s_m ** 2
-    with np.errstate(divide="ignore", invalid="ignore"):
-        a, b = (s_mm * s_t - s_m * s_mt) / det, (s_u * s_mt - s_m * s_t) / det
-    through_origin = ~(det > 1e-12 * s_u * s_mm) | (a < 0)      # collinear, or a negative launch time
-    a, b = np.where(through_origin, 0.0, a), np.where(through_origin, s_mt / s_mm, b)
-    constant = b < 0                          # time falls as the staircase rises: the level alone
-    a, b = np.where(constant, s_t / s_u, a), np.where(constant, 0.0, b)
-    residual = (t - a[labels] - b[labels] * m) / t
-    return float(np.sum(weights * residual ** 2))
+    root = np.sqrt(weights) / t               # least squares on (t - a - b m) / t
+    design = np.zeros((len(t), labels.max() + 2))
+    design[:, 0] = root
+    design[np.arange(len(t)), labels + 1] = root * m
+    return float(nnls(design, root * t, maxiter=50 * design.shape[1])[1] ** 2)
 
 
 def find_unroll(features: np.ndarray, seconds: np.ndarray, weights: np.ndarray, roofline: RefinedRoofline,
@@ -102,7 +99,7 @@ def find_unroll(features: np.ndarray, seconds: np.ndarray, weights: np.ndarray, 
         def error(candidate: dict) -> float:
             model = RefinedRoofline(roofline.peak_ops_s, roofline.bandwidth_bytes_s, roofline.bit_act,
                                     roofline.bit_weights, candidate)
-            return _group_sse(t, model.predict(feats)[0], w, labels)
+            return _sweep_error(t, model.predict(feats)[0], w, labels)
 
         without = {d: p for d, p in unroll.items() if d != dim}
         base = error(without)
