@@ -14,12 +14,9 @@ earlier one is not searched again), and keeps the pair that minimises
 the weighted squared relative error with a free scale per sweep and one launch time
 for all of the kind's calls: only the shape of the staircase matters, not its level
 (the roofline's peak sets that afterwards) nor a fixed cost per call (the mixed
-model's correction learns that). Without the launch time, sweeps whose small kernels
-cost mostly the call's overhead looked flat up to d = 64, and the search took the
-overhead for a staircase of ``par`` 64 (torch-cpu's GELU: its estimates 0.4-4.4x the
-measured time alone; a launch time per sweep instead of one per kind also removed
-conv's small-channel unrolling, and NAS-Bench-201 cells came out worse: see
-docs/fitting.md). A
+model's correction learns that); without it, the flat start of a sweep of small
+kernels, which cost mostly the call's overhead, reads as a staircase of ``par`` 64
+(docs/fitting.md). A
 dimension gets unrolling only when that lowers the error by :data:`MIN_GAIN`. A
 candidate must beat the best so far by the relative margin :data:`TIE`: pairs that
 predict the sweeps alike tie, and the first (smaller ``par``, then ``alpha``) wins,
