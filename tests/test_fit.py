@@ -53,23 +53,20 @@ def test_refined_roofline_fit_recovers_known_unrolling_from_step_wise_sweeps():
     assert model.peak_ops_s == pytest.approx(1e11, rel=0.05)
 
 
-def test_unrolling_of_an_elementwise_kind_is_searched_once_for_its_channels():
-    rows = []
-    for c in range(8, 257, 8):       # f = c, as for every elementwise layer
-        dims = {"n": 1, "h": 28, "w": 28, "c": c, "f": c, "kh": 1, "kw": 1, "stride": 1, "groups": 1}
-        rows.append([784.0 * c, 784.0 * c, 784.0 * c, 0.0] + [dims[d] for d in FEATURES[4:]])
-    features = np.array(rows)
-    truth = RefinedRoofline(1e9, 1e12, unroll={"c": {"par": 32, "alpha": 1.0}})
-    model, records = fit_refined_roofline(features, truth.predict(features)[0], np.ones(len(rows)))
-    assert [r.dim for r in records] == ["c"] and model.unroll == {"c": {"par": 32.0, "alpha": 1.0}}
-
-
-def _elementwise_sweep(channels, tokens: int = 196) -> np.ndarray:
+def _elementwise_sweep(channels, h: int = 196, w: int = 1) -> np.ndarray:
+    """Feature rows of an elementwise kind on an h x w map, one per channel count."""
     rows = []
     for c in channels:       # f = c, as for every elementwise layer
-        dims = {"n": 1, "h": tokens, "w": 1, "c": c, "f": c, "kh": 1, "kw": 1, "stride": 1, "groups": 1}
-        rows.append([tokens * c, tokens * c, tokens * c, 0.0] + [dims[d] for d in FEATURES[4:]])
+        dims = {"n": 1, "h": h, "w": w, "c": c, "f": c, "kh": 1, "kw": 1, "stride": 1, "groups": 1}
+        rows.append([h * w * c, h * w * c, h * w * c, 0.0] + [dims[d] for d in FEATURES[4:]])
     return np.array(rows, dtype=float)
+
+
+def test_unrolling_of_an_elementwise_kind_is_searched_once_for_its_channels():
+    features = _elementwise_sweep(range(8, 257, 8), h=28, w=28)
+    truth = RefinedRoofline(1e9, 1e12, unroll={"c": {"par": 32, "alpha": 1.0}})
+    model, records = fit_refined_roofline(features, truth.predict(features)[0], np.ones(len(features)))
+    assert [r.dim for r in records] == ["c"] and model.unroll == {"c": {"par": 32.0, "alpha": 1.0}}
 
 
 def test_a_launch_time_per_call_is_not_taken_for_unrolling():
@@ -77,7 +74,7 @@ def test_a_launch_time_per_call_is_not_taken_for_unrolling():
     then linear. With only a free scale per sweep, the flat start looked like a
     staircase of par 64 (torch-cpu's GELU, session 39); a launch time explains it."""
     rng = np.random.default_rng(0)
-    features = np.vstack([_elementwise_sweep(range(8, 257, 8), tokens) for tokens in (49, 196)])
+    features = np.vstack([_elementwise_sweep(range(8, 257, 8), h=tokens) for tokens in (49, 196)])
     seconds = 15e-6 + features[:, 0] / 2e9 * np.exp(rng.normal(0, 0.01, len(features)))
     model, records = fit_refined_roofline(features, seconds, np.ones(len(seconds)))
     assert [r.dim for r in records] == ["c"] and not records[0].kept and model.unroll == {}
